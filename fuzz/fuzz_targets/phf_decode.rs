@@ -1,0 +1,18 @@
+//! Perfect-hash loader: any input loads or fails cleanly, and a loaded
+//! function maps every hash below its table size.
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use tphdb::phf::Phf;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(phf) = Phf::decode(Bytes::copy_from_slice(data)) {
+        let mut h = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..64 {
+            h = h.wrapping_mul(0x5851_f42d_4c95_7f2d).wrapping_add(1);
+            let s = phf.slot(h);
+            assert!(phf.is_empty() || s < phf.table_size());
+        }
+    }
+});

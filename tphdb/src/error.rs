@@ -1,0 +1,99 @@
+//! The one error type of tphdb.
+
+use std::fmt;
+use std::io;
+
+/// Result alias used throughout tphdb.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in tphdb.
+///
+/// I/O failures are kept apart from corruption: the first may go away on retry,
+/// the second means bytes on disk are not what tphdb wrote.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operating system reported an I/O error.
+    #[error("I/O error while {context}: {source}")]
+    Io {
+        /// What tphdb was doing.
+        context: String,
+        /// The error from the operating system.
+        #[source]
+        source: io::Error,
+    },
+    /// Persisted bytes failed a checksum or an invariant.
+    #[error("corruption in {location}: {what}: expected {expected}, found {found}")]
+    Corruption {
+        /// The file (and section) where the problem was found.
+        location: String,
+        /// Which structure or field is wrong.
+        what: String,
+        /// What a well-formed file holds there.
+        expected: String,
+        /// What was actually read.
+        found: String,
+    },
+    /// The caller passed an argument tphdb cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A perfect hash could not be built within its attempt budget.
+    #[error("perfect hash construction failed: {0}")]
+    PhfBuild(String),
+}
+
+impl Error {
+    /// Builds a [`Error::Corruption`] with no location yet; see [`Error::at`].
+    pub fn corruption(
+        what: impl Into<String>,
+        expected: impl fmt::Display,
+        found: impl fmt::Display,
+    ) -> Self {
+        Error::Corruption {
+            location: String::new(),
+            what: what.into(),
+            expected: expected.to_string(),
+            found: found.to_string(),
+        }
+    }
+
+    /// Builds an [`Error::Io`] that says what was being done.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Prefixes the location of a corruption error (file name, section); other
+    /// errors are returned unchanged except that I/O errors gain the context.
+    pub fn at(self, location: impl fmt::Display) -> Self {
+        match self {
+            Error::Corruption {
+                location: old,
+                what,
+                expected,
+                found,
+            } => Error::Corruption {
+                location: if old.is_empty() {
+                    location.to_string()
+                } else {
+                    format!("{location}: {old}")
+                },
+                what,
+                expected,
+                found,
+            },
+            Error::Io { context, source } => Error::Io {
+                context: format!("{context} ({location})"),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// True for [`Error::Corruption`].
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption { .. })
+    }
+}

@@ -1,0 +1,409 @@
+//! CPHash: the CompassDB paper's perfect hash (§3.1, §4.1).
+//!
+//! * Keys (64-bit hashes) are re-mixed under a seed and split into segments
+//!   by their high bits (§4.1.3). Each segment owns its own range of buckets
+//!   and of slots, is built independently and in parallel, and is sized so
+//!   that its search stays in the CPU cache.
+//! * Within a segment, PTHash's skewed mapping sends 60% of the keys to 30%
+//!   of the buckets (equation 2). Buckets are placed largest first.
+//! * Each bucket stores one byte: the index of its displacement in a
+//!   dictionary of 256 displacements shared by every bucket of the segment
+//!   (the paper's parameter reuse taken to its limit: every bucket reuses).
+//!   A key's slot is `fastmod(h ^ displacement[p])` over the segment's slots,
+//!   Lemire's division-free modular reduction (§4.1.2).
+//! * A segment of `n_j` keys gets `ceil(c * n_j)` slots. When the search
+//!   fails it is retried with a fresh dictionary and then with more slots
+//!   (§4.1.1). When `c` is below the highest load the search handles well
+//!   (`MAX_LOAD`), the search runs over a slightly larger space and the few
+//!   keys that land past the table are remapped into its free slots, which
+//!   is how `c = 1.0` (a minimal perfect hash) works.
+//!
+//! The serialized layout is in `docs/format.md` ("Perfect hash").
+
+mod build;
+mod search;
+
+use bytes::Bytes;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{Built, PerfectHash, PhfConfig};
+use crate::error::{Error, Result};
+use crate::util::checksum_matches;
+use crate::util::codec::{u32_at, Decoder, PutExt};
+use crate::util::reduce::{mix64, mul_high, mul_high_rem, FastMod, MIX};
+
+const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
+const VERSION: u16 = 1;
+const HEADER_BYTES: usize = 56;
+const SEGMENT_RECORD_BYTES: usize = 16;
+
+/// Hashes below this threshold (60% of the 64-bit range) go to dense buckets.
+const DENSE_THRESHOLD: u64 = (0.6 * 18_446_744_073_709_551_616.0) as u64;
+/// Fraction of the buckets that are dense.
+const DENSE_BUCKET_FRACTION: f64 = 0.3;
+/// The highest fraction of its search space a segment fills. Above it the
+/// last buckets find no free slots in reasonable time.
+const MAX_LOAD: f64 = 0.99;
+
+/// How the keys of one segment map to buckets and slots. Shared by the
+/// builder and the query so that both compute exactly the same function.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    dense_buckets: u64,
+    dense_mul: u64,
+    sparse_mul: u64,
+    /// Over the search space (`internal_slots`), not the table slots.
+    fastmod: FastMod,
+    /// Selects the displacement dictionary; low 8 bits are zero.
+    salt: u64,
+}
+
+impl Shape {
+    /// `buckets >= 2` and `internal_slots >= 1`.
+    pub(crate) fn new(buckets: u32, internal_slots: u32, attempt: u32, seed: u64) -> Shape {
+        debug_assert!(buckets >= 2 && internal_slots >= 1);
+        let b = buckets as u64;
+        let dense = ((b as f64 * DENSE_BUCKET_FRACTION).round() as u64).clamp(1, b - 1);
+        Shape {
+            dense_buckets: dense,
+            dense_mul: (((dense as u128) << 64) / DENSE_THRESHOLD as u128) as u64,
+            sparse_mul: ((((b - dense) as u128) << 64) / ((1u128 << 64) - DENSE_THRESHOLD as u128))
+                as u64,
+            fastmod: FastMod::new(internal_slots as u64),
+            salt: mix64(attempt as u64, seed.rotate_left(17)) & !0xff,
+        }
+    }
+
+    /// The bucket (within the segment) of a key, from the fresh bits `rem`
+    /// left over by the segment reduction. Always below `buckets`.
+    #[inline(always)]
+    pub(crate) fn bucket(&self, rem: u64) -> u64 {
+        // Branch-free: which side a key falls on is a coin flip (60/40), so a
+        // branch would mispredict on ~40% of queries.
+        let sparse = 0u64.wrapping_sub((rem >= DENSE_THRESHOLD) as u64);
+        let x = rem - (DENSE_THRESHOLD & sparse);
+        let mul = (self.sparse_mul & sparse) | (self.dense_mul & !sparse);
+        (self.dense_buckets & sparse) + mul_high(x, mul)
+    }
+
+    /// The displacement with dictionary index `pilot`.
+    #[inline(always)]
+    pub(crate) fn displacement(&self, pilot: u8) -> u64 {
+        MIX.wrapping_mul(self.salt | pilot as u64)
+    }
+
+    /// The slot (within the segment's search space) of a key.
+    #[inline(always)]
+    pub(crate) fn slot(&self, hx: u64, displacement: u64) -> u64 {
+        self.fastmod.reduce(hx ^ displacement)
+    }
+}
+
+/// What the query needs of one segment.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    shape: Shape,
+    bucket_start: u64,
+    slot_start: u64,
+    /// Table slots this segment owns; search slots at or past it are remapped.
+    slots: u64,
+    remap_start: u64,
+}
+
+/// The per-segment numbers that are serialized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentRecord {
+    pub(crate) buckets: u32,
+    pub(crate) slots: u32,
+    pub(crate) internal_slots: u32,
+    pub(crate) attempt: u32,
+}
+
+/// A CPHash perfect hash function. See the module documentation.
+#[derive(Debug)]
+pub struct CpHash {
+    n: u64,
+    table_size: u64,
+    seed: u64,
+    records: Vec<SegmentRecord>,
+    segments: Vec<Segment>,
+    /// One byte per bucket, used in place from the loaded buffer.
+    pilots: Bytes,
+    /// Little-endian u32 per remapped search slot, used in place.
+    remap: Bytes,
+}
+
+impl CpHash {
+    /// Assembles a function from its parts, validating every invariant the
+    /// query relies on, so that a function from hostile bytes is memory-safe
+    /// and maps every hash below the table size.
+    fn from_parts(
+        n: u64,
+        seed: u64,
+        records: Vec<SegmentRecord>,
+        pilots: Bytes,
+        remap: Bytes,
+    ) -> Result<CpHash> {
+        let mut segments = Vec::with_capacity(records.len());
+        let (mut bucket_start, mut slot_start, mut remap_start) = (0u64, 0u64, 0u64);
+        for (i, r) in records.iter().enumerate() {
+            if r.buckets < 2 || r.slots < 1 || r.internal_slots < r.slots {
+                return Err(Error::corruption(
+                    format!("cphash segment {i}"),
+                    "buckets >= 2 and 1 <= slots <= internal slots",
+                    format!(
+                        "buckets {}, slots {}, internal slots {}",
+                        r.buckets, r.slots, r.internal_slots
+                    ),
+                ));
+            }
+            segments.push(Segment {
+                shape: Shape::new(r.buckets, r.internal_slots, r.attempt, seed),
+                bucket_start,
+                slot_start,
+                slots: r.slots as u64,
+                remap_start,
+            });
+            bucket_start += r.buckets as u64;
+            slot_start += r.slots as u64;
+            remap_start += (r.internal_slots - r.slots) as u64;
+        }
+        if (records.is_empty()) != (n == 0) || slot_start < n {
+            return Err(Error::corruption(
+                "cphash header",
+                "at least one segment and one slot per key, or neither",
+                format!("{n} keys, {} segments, {slot_start} slots", records.len()),
+            ));
+        }
+        if pilots.len() as u64 != bucket_start || remap.len() as u64 != remap_start * 4 {
+            return Err(Error::corruption(
+                "cphash arrays",
+                format!("{bucket_start} pilots and {remap_start} remap entries"),
+                format!(
+                    "{} pilot bytes and {} remap bytes",
+                    pilots.len(),
+                    remap.len()
+                ),
+            ));
+        }
+        for seg in &segments {
+            let end = seg.remap_start + seg.shape.fastmod_divisor() - seg.slots;
+            for i in seg.remap_start..end {
+                let to = u32_at(&remap, i as usize) as u64;
+                if to >= seg.slots {
+                    return Err(Error::corruption(
+                        format!("cphash remap entry {i}"),
+                        format!("a slot below {}", seg.slots),
+                        to,
+                    ));
+                }
+            }
+        }
+        Ok(CpHash {
+            n,
+            table_size: slot_start,
+            seed,
+            records,
+            segments,
+            pilots,
+            remap,
+        })
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Number of buckets (one parameter byte each).
+    pub fn bucket_count(&self) -> usize {
+        self.pilots.len()
+    }
+
+    /// Number of search slots past the table that are remapped into it.
+    pub fn remapped_slots(&self) -> usize {
+        self.remap.len() / 4
+    }
+
+    fn encoded_len(&self) -> usize {
+        HEADER_BYTES
+            + self.records.len() * SEGMENT_RECORD_BYTES
+            + self.pilots.len()
+            + self.remap.len()
+            + 8
+    }
+}
+
+impl Shape {
+    fn fastmod_divisor(&self) -> u64 {
+        self.fastmod.divisor()
+    }
+}
+
+impl PerfectHash for CpHash {
+    fn build(hashes: &[u64], config: &PhfConfig) -> Result<Built<Self>> {
+        config.validate()?;
+        let out = build::build(hashes, config)?;
+        let phf = CpHash::from_parts(
+            out.n,
+            config.seed,
+            out.records,
+            Bytes::from(out.pilots),
+            Bytes::from(out.remap),
+        )?;
+        Ok(Built {
+            phf,
+            duplicate_hashes: out.duplicates,
+        })
+    }
+
+    #[inline]
+    fn slot(&self, hash: u64) -> usize {
+        if self.segments.is_empty() {
+            return 0;
+        }
+        let hx = mix64(hash, self.seed);
+        let (j, rem) = mul_high_rem(hx, self.segments.len() as u64);
+        let seg = &self.segments[j as usize];
+        let bucket = seg.bucket_start + seg.shape.bucket(rem);
+        let pilot = self.pilots[bucket as usize];
+        let s = seg.shape.slot(hx, seg.shape.displacement(pilot));
+        if s < seg.slots {
+            (seg.slot_start + s) as usize
+        } else {
+            let i = (seg.remap_start + s - seg.slots) as usize;
+            (seg.slot_start + u32_at(&self.remap, i) as u64) as usize
+        }
+    }
+
+    fn table_size(&self) -> usize {
+        self.table_size as usize
+    }
+
+    fn len(&self) -> usize {
+        self.n as usize
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.reserve(self.encoded_len());
+        out.put_u32(MAGIC);
+        out.put_u16(VERSION);
+        out.put_u16(0);
+        out.put_u64(self.n);
+        out.put_u64(self.table_size);
+        out.put_u64(self.seed);
+        out.put_u32(self.records.len() as u32);
+        out.put_u32(0);
+        out.put_u64(self.pilots.len() as u64);
+        out.put_u64((self.remap.len() / 4) as u64);
+        for r in &self.records {
+            out.put_u32(r.buckets);
+            out.put_u32(r.slots);
+            out.put_u32(r.internal_slots);
+            out.put_u32(r.attempt);
+        }
+        out.extend_from_slice(&self.pilots);
+        out.extend_from_slice(&self.remap);
+        let checksum = xxh3_64(&out[start..]);
+        out.put_u64(checksum);
+    }
+
+    fn decode(bytes: Bytes) -> Result<Self> {
+        decode(bytes).map_err(|e| e.at("cphash"))
+    }
+
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.records.len()
+                * (std::mem::size_of::<SegmentRecord>() + std::mem::size_of::<Segment>())
+            + self.pilots.len()
+            + self.remap.len()
+    }
+}
+
+fn decode(bytes: Bytes) -> Result<CpHash> {
+    if bytes.len() < HEADER_BYTES + 8 {
+        return Err(Error::corruption(
+            "length",
+            format!("at least {} bytes", HEADER_BYTES + 8),
+            bytes.len(),
+        ));
+    }
+    let body_len = bytes.len() - 8;
+    let stored = u64::from_le_bytes(bytes[body_len..].try_into().expect("8 bytes"));
+    let actual = xxh3_64(&bytes[..body_len]);
+    if !checksum_matches(stored, actual) {
+        return Err(Error::corruption(
+            "checksum",
+            format!("{stored:#018x}"),
+            format!("{actual:#018x}"),
+        ));
+    }
+    let mut d = Decoder::new(&bytes[..body_len], "cphash");
+    let magic = d.u32()?;
+    if magic != MAGIC {
+        return Err(Error::corruption(
+            "magic",
+            format!("{MAGIC:#x}"),
+            format!("{magic:#x}"),
+        ));
+    }
+    let version = d.u16()?;
+    if version != VERSION {
+        return Err(Error::corruption("format version", VERSION, version));
+    }
+    let _flags = d.u16()?;
+    let n = d.u64()?;
+    let table_size = d.u64()?;
+    let seed = d.u64()?;
+    let segment_count = d.u32()? as usize;
+    let _reserved = d.u32()?;
+    let bucket_count = d.u64()?;
+    let remap_count = d.u64()?;
+    let records_len = segment_count
+        .checked_mul(SEGMENT_RECORD_BYTES)
+        .filter(|&l| l <= d.remaining())
+        .ok_or_else(|| {
+            Error::corruption(
+                "segment count",
+                format!("at most {} segments", d.remaining() / SEGMENT_RECORD_BYTES),
+                segment_count,
+            )
+        })?;
+    let mut rd = Decoder::new(d.bytes(records_len)?, "cphash segments");
+    let mut records = Vec::with_capacity(segment_count);
+    for _ in 0..segment_count {
+        records.push(SegmentRecord {
+            buckets: rd.u32()?,
+            slots: rd.u32()?,
+            internal_slots: rd.u32()?,
+            attempt: rd.u32()?,
+        });
+    }
+    let pilots_start = d.position();
+    let expected_rest = bucket_count
+        .checked_add(remap_count.saturating_mul(4))
+        .filter(|&l| l == d.remaining() as u64);
+    if expected_rest.is_none() {
+        return Err(Error::corruption(
+            "array lengths",
+            format!("{bucket_count} pilot bytes and {remap_count} remap entries"),
+            format!("{} bytes", d.remaining()),
+        ));
+    }
+    let pilots = bytes.slice(pilots_start..pilots_start + bucket_count as usize);
+    let remap = bytes.slice(pilots_start + bucket_count as usize..body_len);
+    let phf = CpHash::from_parts(n, seed, records, pilots, remap)?;
+    if phf.table_size != table_size {
+        return Err(Error::corruption(
+            "table size",
+            format!("{} (sum of segment slots)", phf.table_size),
+            table_size,
+        ));
+    }
+    Ok(phf)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+use bytes::Bytes;
+use proptest::prelude::*;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::CpHash;
+use crate::phf::{PerfectHash, PhfConfig};
+
+fn random_hashes(n: usize, seed: u64) -> Vec<u64> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..n).map(|_| rng.u64(..)).collect()
+}
+
+/// Asserts the perfect-hash contract for `hashes` (assumed distinct).
+fn assert_perfect(phf: &CpHash, hashes: &[u64]) {
+    assert_eq!(phf.len(), hashes.len());
+    let mut seen = vec![false; phf.table_size()];
+    for &h in hashes {
+        let s = phf.slot(h);
+        assert!(
+            s < phf.table_size(),
+            "slot {s} >= table size {}",
+            phf.table_size()
+        );
+        assert!(!seen[s], "two keys share slot {s}");
+        seen[s] = true;
+    }
+}
+
+fn config(c: f64) -> PhfConfig {
+    PhfConfig {
+        table_factor: c,
+        ..PhfConfig::default()
+    }
+}
+
+#[test]
+fn empty_one_and_two_keys() {
+    for c in [1.0, 1.1] {
+        for n in 0..=2 {
+            let hashes = random_hashes(n, n as u64);
+            let built = CpHash::build(&hashes, &config(c)).unwrap();
+            assert_perfect(&built.phf, &hashes);
+            assert!(built.duplicate_hashes.is_empty());
+            if n == 0 {
+                assert_eq!(built.phf.table_size(), 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn table_size_is_c_times_n() {
+    let n = 200_000;
+    let hashes = random_hashes(n, 1);
+    for c in [1.0, 1.05, 1.1, 1.5] {
+        let built = CpHash::build(&hashes, &config(c)).unwrap();
+        assert_perfect(&built.phf, &hashes);
+        let expect = (c * n as f64).ceil() as usize;
+        let size = built.phf.table_size();
+        // One slot of rounding per segment; growth (§4.1.1) is rare at n = 2e5.
+        assert!(
+            size >= expect && size <= expect + expect / 50,
+            "c={c}: {size} vs {expect}"
+        );
+        if c == 1.0 {
+            assert_eq!(size, n, "c = 1.0 is a minimal perfect hash");
+        }
+    }
+}
+
+#[test]
+fn million_keys_in_parallel_and_sequentially_agree() {
+    let hashes = random_hashes(1_000_000, 2);
+    let cfg = PhfConfig::default();
+    let par = CpHash::build(&hashes, &cfg).unwrap().phf;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let seq = pool.install(|| CpHash::build(&hashes, &cfg)).unwrap().phf;
+    assert_perfect(&par, &hashes);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    par.encode(&mut a);
+    seq.encode(&mut b);
+    assert!(a == b, "construction must not depend on the thread count");
+    let bits = a.len() as f64 * 8.0 / hashes.len() as f64;
+    assert!(bits < 3.0, "{bits} bits/key");
+}
+
+#[test]
+fn repeated_hashes_are_reported_and_the_rest_is_perfect() {
+    let mut hashes = random_hashes(10_000, 3);
+    let repeated = [hashes[5], hashes[77], hashes[9000]];
+    hashes.extend_from_slice(&repeated);
+    hashes.push(hashes[5]);
+    let built = CpHash::build(&hashes, &PhfConfig::default()).unwrap();
+    let mut dups = built.duplicate_hashes.clone();
+    dups.sort_unstable();
+    let mut expect = repeated.to_vec();
+    expect.sort_unstable();
+    assert_eq!(dups, expect);
+    let mut distinct = hashes.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_perfect(&built.phf, &distinct);
+}
+
+#[test]
+fn all_hashes_equal_does_not_break_construction() {
+    let hashes = vec![42u64; 1000];
+    let built = CpHash::build(&hashes, &PhfConfig::default()).unwrap();
+    assert_eq!(built.duplicate_hashes, vec![42]);
+    assert_perfect(&built.phf, &[42]);
+}
+
+#[test]
+fn small_segments_and_extreme_lambdas() {
+    let hashes = random_hashes(50_000, 4);
+    for (c, lambda, seg) in [
+        (1.0, 2.0, 1000),
+        (1.1, 5.0, 4096),
+        (1.5, 6.0, 1 << 20),
+        (2.0, 1.0, 10),
+    ] {
+        let cfg = PhfConfig {
+            table_factor: c,
+            keys_per_bucket: Some(lambda),
+            segment_keys: seg,
+            ..PhfConfig::default()
+        };
+        let built = CpHash::build(&hashes, &cfg).unwrap();
+        assert_perfect(&built.phf, &hashes);
+    }
+}
+
+#[test]
+fn invalid_configs_are_rejected() {
+    for cfg in [
+        PhfConfig {
+            table_factor: 0.9,
+            ..PhfConfig::default()
+        },
+        PhfConfig {
+            table_factor: f64::NAN,
+            ..PhfConfig::default()
+        },
+        PhfConfig {
+            keys_per_bucket: Some(0.5),
+            ..PhfConfig::default()
+        },
+        PhfConfig {
+            segment_keys: 0,
+            ..PhfConfig::default()
+        },
+    ] {
+        assert!(CpHash::build(&[1, 2, 3], &cfg).is_err());
+    }
+}
+
+#[test]
+fn round_trip_is_exact() {
+    let hashes = random_hashes(100_000, 5);
+    for c in [1.0, 1.1] {
+        let phf = CpHash::build(&hashes, &config(c)).unwrap().phf;
+        let mut bytes = Vec::new();
+        phf.encode(&mut bytes);
+        let loaded = CpHash::decode(Bytes::from(bytes.clone())).unwrap();
+        assert_eq!(loaded.table_size(), phf.table_size());
+        for &h in &hashes {
+            assert_eq!(loaded.slot(h), phf.slot(h));
+        }
+        let mut again = Vec::new();
+        loaded.encode(&mut again);
+        assert_eq!(again, bytes);
+    }
+}
+
+#[test]
+fn decode_uses_the_pilot_array_in_place() {
+    let hashes = random_hashes(10_000, 6);
+    let phf = CpHash::build(&hashes, &PhfConfig::default()).unwrap().phf;
+    let mut bytes = Vec::new();
+    phf.encode(&mut bytes);
+    let buf = Bytes::from(bytes);
+    let range = buf.as_ptr_range();
+    let loaded = CpHash::decode(buf.clone()).unwrap();
+    let pilots = loaded.pilots.as_ptr();
+    assert!(range.contains(&pilots), "pilots were copied");
+}
+
+fn encoded(n: usize, c: f64) -> Vec<u8> {
+    let phf = CpHash::build(&random_hashes(n, 7), &config(c)).unwrap().phf;
+    let mut bytes = Vec::new();
+    phf.encode(&mut bytes);
+    bytes
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let bytes = encoded(300, 1.0);
+    for len in 0..bytes.len() {
+        let r = CpHash::decode(Bytes::copy_from_slice(&bytes[..len]));
+        assert!(r.unwrap_err().is_corruption());
+    }
+}
+
+#[test]
+fn every_single_byte_corruption_is_an_error() {
+    let bytes = encoded(300, 1.0);
+    for i in 0..bytes.len() {
+        for x in [0x01u8, 0x80, 0xff] {
+            let mut b = bytes.clone();
+            b[i] ^= x;
+            assert!(
+                CpHash::decode(Bytes::from(b)).is_err(),
+                "byte {i} ^ {x:#x} accepted"
+            );
+        }
+    }
+}
+
+/// Rewrites the trailing checksum so that corrupt fields reach validation.
+fn reseal(b: &mut [u8]) {
+    let body = b.len() - 8;
+    let c = xxh3_64(&b[..body]);
+    b[body..].copy_from_slice(&c.to_le_bytes());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_key_sets_are_perfect(
+        n in prop_oneof![0usize..4, 4usize..1000, 1000usize..20_000],
+        seed in any::<u64>(),
+        c in prop_oneof![Just(1.0), Just(1.1), 1.0f64..2.0],
+    ) {
+        let hashes = random_hashes(n, seed);
+        let built = CpHash::build(&hashes, &PhfConfig { table_factor: c, seed, ..PhfConfig::default() })
+            .unwrap();
+        assert_perfect(&built.phf, &hashes);
+    }
+
+    /// With a valid checksum, corrupt fields are caught by validation; a
+    /// function that does load is memory-safe and stays below its table size.
+    #[test]
+    fn resealed_corruption_never_panics(
+        pos in any::<prop::sample::Index>(),
+        val in any::<u8>(),
+        probes in prop::collection::vec(any::<u64>(), 32),
+    ) {
+        let mut b = encoded(2000, 1.0);
+        let i = pos.index(b.len() - 8);
+        b[i] = val;
+        reseal(&mut b);
+        if let Ok(phf) = CpHash::decode(Bytes::from(b)) {
+            for h in probes {
+                prop_assert!(phf.is_empty() || phf.slot(h) < phf.table_size());
+            }
+        }
+    }
+}

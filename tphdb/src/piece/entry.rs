@@ -1,0 +1,158 @@
+//! Entries: what a piece stores for each key.
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::util::codec::{varint_len, Decoder, PutExt};
+
+/// Longest key a piece accepts.
+pub const MAX_KEY_BYTES: usize = 1 << 20;
+/// Longest value a piece accepts.
+pub const MAX_VALUE_BYTES: usize = 1 << 30;
+
+const KIND_PUT: u8 = 0;
+const KIND_DELETE: u8 = 1;
+
+/// An entry to be written: a key with a value, or a tombstone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The value, or `None` for a tombstone (a delete).
+    pub value: Option<&'a [u8]>,
+    /// Sequence number of the write.
+    pub seq: u64,
+}
+
+/// An entry read from a piece. Key and value share the block's memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: Bytes,
+    /// The value, or `None` for a tombstone.
+    pub value: Option<Bytes>,
+    /// Sequence number of the write.
+    pub seq: u64,
+}
+
+impl EntryRef<'_> {
+    /// Bytes of the encoded entry.
+    pub(crate) fn encoded_len(&self) -> usize {
+        let v = self
+            .value
+            .map_or(0, |v| varint_len(v.len() as u64) + v.len());
+        1 + varint_len(self.seq) + varint_len(self.key.len() as u64) + self.key.len() + v
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.push(if self.value.is_some() {
+            KIND_PUT
+        } else {
+            KIND_DELETE
+        });
+        out.put_varint(self.seq);
+        out.put_varint(self.key.len() as u64);
+        if let Some(v) = self.value {
+            out.put_varint(v.len() as u64);
+        }
+        out.extend_from_slice(self.key);
+        if let Some(v) = self.value {
+            out.extend_from_slice(v);
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.key.len() > MAX_KEY_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
+                self.key.len()
+            )));
+        }
+        if self.value.is_some_and(|v| v.len() > MAX_VALUE_BYTES) {
+            return Err(Error::InvalidArgument(format!(
+                "value exceeds the limit of {MAX_VALUE_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Decodes the entry that spans exactly `block[start..end]`.
+pub(crate) fn decode_entry(block: &Bytes, start: usize, end: usize) -> Result<Entry> {
+    let s = &block[start..end];
+    let mut d = Decoder::new(s, "entry");
+    let kind = d.u8()?;
+    let seq = d.varint()?;
+    let key_len = d.varint()?;
+    let value_len = match kind {
+        KIND_PUT => Some(d.varint()?),
+        KIND_DELETE => None,
+        k => return Err(Error::corruption("entry kind", "0 (put) or 1 (delete)", k)),
+    };
+    let header = d.position();
+    let body = key_len.checked_add(value_len.unwrap_or(0));
+    if body != Some(d.remaining() as u64) {
+        return Err(Error::corruption(
+            "entry length",
+            format!("{} bytes of key and value", d.remaining()),
+            format!("key {key_len} + value {}", value_len.unwrap_or(0)),
+        ));
+    }
+    let key_start = start + header;
+    let key_end = key_start + key_len as usize;
+    Ok(Entry {
+        key: block.slice(key_start..key_end),
+        value: value_len.map(|_| block.slice(key_end..end)),
+        seq,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        for e in [
+            EntryRef {
+                key: b"k",
+                value: Some(b"v"),
+                seq: 7,
+            },
+            EntryRef {
+                key: b"",
+                value: Some(b""),
+                seq: 0,
+            },
+            EntryRef {
+                key: b"gone",
+                value: None,
+                seq: u64::MAX,
+            },
+        ] {
+            let mut b = vec![9u8; 3];
+            e.encode(&mut b);
+            assert_eq!(b.len() - 3, e.encoded_len());
+            let bytes = Bytes::from(b);
+            let d = decode_entry(&bytes, 3, bytes.len()).unwrap();
+            assert_eq!(&d.key[..], e.key);
+            assert_eq!(d.value.as_deref(), e.value);
+            assert_eq!(d.seq, e.seq);
+        }
+    }
+
+    #[test]
+    fn truncations_are_errors() {
+        let mut b = Vec::new();
+        EntryRef {
+            key: b"key",
+            value: Some(b"value"),
+            seq: 300,
+        }
+        .encode(&mut b);
+        let bytes = Bytes::from(b);
+        for end in 0..bytes.len() {
+            assert!(decode_entry(&bytes, 0, end).is_err());
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Piece files: the immutable files a TPH is made of (paper §3.2, §4.2).
+//!
+//! A piece holds entries (key, value or tombstone, sequence number) in
+//! blocks of `k` slots laid out in the order of the piece's local perfect
+//! hash, so a lookup computes the slot in memory and reads one block. Beside
+//! the blocks it stores the perfect hash, the block offsets, the 64-bit hash
+//! of every key (to rebuild a TPH's global index without reading values) and
+//! a key-order index with sampled keys for scans. Every byte is covered by a
+//! CRC32C. The layout is in `docs/format.md`.
+
+mod block;
+mod block_index;
+mod entry;
+mod format;
+mod reader;
+mod sorted;
+mod writer;
+
+pub use block_index::MAX_SEGMENT_BYTES;
+pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use format::{Compression, PieceProperties};
+pub use reader::{PieceIter, PieceReader};
+pub use sorted::SortedCursor;
+pub use writer::{write_piece, write_piece_hashed, PieceOptions, SAMPLE_INTERVAL};

@@ -1,0 +1,405 @@
+//! Reading a piece file.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use super::block::{Block, TRAILER_BYTES};
+use super::block_index::BlockIndex;
+use super::entry::Entry;
+use super::format::{decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES};
+use super::sorted::{SortedCursor, SortedIndex};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, RandomAccessFile, ReadMode};
+use crate::hash::{key_hash, KEY_HASH_SEED};
+use crate::phf::Phf;
+use crate::util::checksum_matches;
+use crate::util::codec::{u64_at, Decoder};
+
+/// Slot-order iteration reads this many bytes of blocks per call.
+const SCAN_READ_BYTES: usize = 1 << 20;
+
+/// An open piece file.
+///
+/// Keeps in memory only what a lookup needs (paper §4.3): the perfect hash,
+/// the block offset table and the (normally empty) overflow list. A `get`
+/// reads exactly one block. The key-order index is loaded on first use.
+#[derive(Debug)]
+pub struct PieceReader {
+    name: String,
+    file: Arc<dyn RandomAccessFile>,
+    props: PieceProperties,
+    phf: Phf,
+    blocks: BlockIndex,
+    /// `(hash, slot)` of entries whose hash repeats another's, by hash.
+    overflow: Vec<(u64, u32)>,
+    sections: Vec<Section>,
+    sorted: OnceLock<Arc<SortedIndex>>,
+}
+
+impl PieceReader {
+    /// Opens the piece at `path`, reading it with `mode`.
+    pub fn open(fs: &dyn FileSystem, path: &Path, mode: ReadMode) -> Result<PieceReader> {
+        let file = fs.open_read(path, mode)?;
+        PieceReader::from_file(file, path.display().to_string())
+    }
+
+    /// Opens a piece from an already open file; `name` appears in errors.
+    pub fn from_file(file: Arc<dyn RandomAccessFile>, name: String) -> Result<PieceReader> {
+        Self::load(file, &name).map_err(|e| e.at(&name))
+    }
+
+    fn load(file: Arc<dyn RandomAccessFile>, name: &str) -> Result<PieceReader> {
+        let len = file.len();
+        if len < FOOTER_BYTES as u64 {
+            return Err(Error::corruption(
+                "file length",
+                format!("at least {FOOTER_BYTES} bytes"),
+                len,
+            ));
+        }
+        let footer = Footer::decode(&file.read_at(len - FOOTER_BYTES as u64, FOOTER_BYTES)?)?;
+        let dir_end = footer.dir_offset.checked_add(footer.dir_len as u64);
+        if dir_end != Some(len - FOOTER_BYTES as u64) {
+            return Err(Error::corruption(
+                "section directory location",
+                format!("ending at byte {}", len - FOOTER_BYTES as u64),
+                format!("{} bytes at {}", footer.dir_len, footer.dir_offset),
+            ));
+        }
+        let dir = file.read_at(footer.dir_offset, footer.dir_len as usize)?;
+        let crc = crc32c::crc32c(&dir);
+        if !checksum_matches(footer.dir_crc, crc) {
+            return Err(Error::corruption(
+                "section directory checksum",
+                format!("{:#010x}", footer.dir_crc),
+                format!("{crc:#010x}"),
+            ));
+        }
+        let sections = decode_directory(&dir, footer.dir_offset)?;
+        let section = |id| read_section(file.as_ref(), &sections, id);
+
+        let props = PieceProperties::decode(&section(SectionId::Properties)?)?;
+        if props.key_hash_seed != KEY_HASH_SEED {
+            return Err(Error::corruption(
+                "key hash seed",
+                KEY_HASH_SEED,
+                props.key_hash_seed,
+            ));
+        }
+        let first_section = sections.iter().map(|s| s.offset).min().unwrap_or(0);
+        if props.data_bytes > first_section {
+            return Err(Error::corruption(
+                "data region",
+                format!("ending before the first section at {first_section}"),
+                format!("{} bytes", props.data_bytes),
+            ));
+        }
+        let phf = Phf::decode(section(SectionId::Phf)?)?;
+        if phf.table_size() as u64 != props.table_size
+            || phf.len() as u64 != props.entry_count - props.overflow_count
+        {
+            return Err(Error::corruption(
+                "perfect hash size",
+                format!(
+                    "{} slots for {} keys",
+                    props.table_size,
+                    props.entry_count - props.overflow_count
+                ),
+                format!("{} slots for {} keys", phf.table_size(), phf.len()),
+            ));
+        }
+        let blocks = BlockIndex::decode(
+            &section(SectionId::BlockIndex)?,
+            props.block_count,
+            props.data_bytes,
+            TRAILER_BYTES as u64,
+        )?;
+        let overflow = decode_overflow(&section(SectionId::Overflow)?, &props)?;
+        Ok(PieceReader {
+            name: name.to_string(),
+            file,
+            props,
+            phf,
+            blocks,
+            overflow,
+            sections,
+            sorted: OnceLock::new(),
+        })
+    }
+
+    /// The piece's summary numbers.
+    pub fn properties(&self) -> &PieceProperties {
+        &self.props
+    }
+
+    /// The name used in errors (the path it was opened from).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of entries, tombstones included.
+    pub fn len(&self) -> usize {
+        self.props.entry_count as usize
+    }
+
+    /// True when the piece holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.props.entry_count == 0
+    }
+
+    /// Bytes of memory the lookup index takes: perfect hash, block offsets,
+    /// overflow list.
+    pub fn index_memory_bytes(&self) -> usize {
+        self.phf.memory_bytes() + self.blocks.memory_bytes() + self.overflow.len() * 16
+    }
+
+    /// Number of 4 GiB data segments.
+    pub fn segment_count(&self) -> usize {
+        self.blocks.segment_count()
+    }
+
+    /// Looks a key up: one read of one block when the key's hash is unique in
+    /// the piece (always, but for 64-bit hash collisions).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Entry>> {
+        self.get_hashed(key, key_hash(key))
+    }
+
+    /// [`PieceReader::get`] with the key's hash already computed.
+    pub fn get_hashed(&self, key: &[u8], hash: u64) -> Result<Option<Entry>> {
+        if self.phf.is_empty() {
+            return Ok(None);
+        }
+        let slot = self.phf.slot(hash) as u64;
+        if let Some(e) = self.entry_at(slot)? {
+            if e.key == key {
+                return Ok(Some(e));
+            }
+        }
+        if !self.overflow.is_empty() {
+            let from = self.overflow.partition_point(|&(h, _)| h < hash);
+            for &(h, s) in &self.overflow[from..] {
+                if h != hash {
+                    break;
+                }
+                if let Some(e) = self.entry_at(s as u64)? {
+                    if e.key == key {
+                        return Ok(Some(e));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Slots in block `b`.
+    fn block_slots(&self, b: u64) -> usize {
+        let k = self.props.slots_per_block as u64;
+        (self.props.total_slots() - b * k).min(k) as usize
+    }
+
+    fn decode_block(&self, b: u64, bytes: Bytes) -> Result<Block> {
+        Block::decode(
+            bytes,
+            self.block_slots(b),
+            self.props.max_block_bytes as usize,
+        )
+        .map_err(|e| e.at(format_args!("{} block {b}", self.name)))
+    }
+
+    /// Reads and verifies block `b`: one read.
+    pub(crate) fn read_block(&self, b: u64) -> Result<Block> {
+        let (offset, len) = self.blocks.block(b);
+        let bytes = self
+            .file
+            .read_at(offset, len)
+            .map_err(|e| e.at(&self.name))?;
+        self.decode_block(b, bytes)
+    }
+
+    /// The entry in `slot`, if any: one read.
+    pub(crate) fn entry_at(&self, slot: u64) -> Result<Option<Entry>> {
+        let k = self.props.slots_per_block as u64;
+        self.read_block(slot / k)?
+            .entry((slot % k) as usize)
+            .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
+    }
+
+    pub(crate) fn slots_per_block(&self) -> u64 {
+        self.props.slots_per_block as u64
+    }
+
+    fn section(&self, id: SectionId) -> Result<Bytes> {
+        read_section(self.file.as_ref(), &self.sections, id).map_err(|e| e.at(&self.name))
+    }
+
+    /// The 64-bit hash of every entry, in slot order; what a TPH's global
+    /// index is rebuilt from without reading keys or values.
+    pub fn key_hashes(&self) -> Result<Vec<u64>> {
+        let b = self.section(SectionId::Hashes)?;
+        if b.len() as u64 != self.props.entry_count * 8 {
+            return Err(Error::corruption(
+                "key hashes length",
+                self.props.entry_count * 8,
+                b.len(),
+            )
+            .at(&self.name));
+        }
+        Ok((0..self.len()).map(|i| u64_at(&b, i)).collect())
+    }
+
+    /// The key-order index, loaded (and verified) on first use.
+    pub(crate) fn sorted_index(&self) -> Result<Arc<SortedIndex>> {
+        if let Some(s) = self.sorted.get() {
+            return Ok(s.clone());
+        }
+        let order = self.section(SectionId::KeyOrder)?;
+        let samples = self.section(SectionId::Samples)?;
+        let index =
+            SortedIndex::decode(&order, &samples, &self.props).map_err(|e| e.at(&self.name))?;
+        Ok(self.sorted.get_or_init(|| Arc::new(index)).clone())
+    }
+
+    /// Every entry, in slot (storage) order, reading blocks sequentially in
+    /// large batches.
+    pub fn iter(&self) -> PieceIter<'_> {
+        PieceIter {
+            reader: self,
+            next_block: 0,
+            pending: Vec::new(),
+            block: None,
+            slot: 0,
+        }
+    }
+
+    /// A cursor over the entries in key order (bytewise), with seeks.
+    pub fn sorted_cursor(&self) -> Result<SortedCursor<'_>> {
+        Ok(SortedCursor::new(self, self.sorted_index()?))
+    }
+}
+
+fn read_section(file: &dyn RandomAccessFile, sections: &[Section], id: SectionId) -> Result<Bytes> {
+    let s = sections
+        .iter()
+        .find(|s| s.id == id as u32)
+        .expect("decode_directory checked that every required section exists");
+    let bytes = file.read_at(s.offset, s.len as usize)?;
+    let crc = crc32c::crc32c(&bytes);
+    if !checksum_matches(s.crc, crc) {
+        return Err(Error::corruption(
+            format!("{} section checksum", id.name()),
+            format!("{:#010x}", s.crc),
+            format!("{crc:#010x}"),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>> {
+    if b.len() as u64 != props.overflow_count * 12 {
+        return Err(Error::corruption(
+            "overflow length",
+            props.overflow_count * 12,
+            b.len(),
+        ));
+    }
+    let mut d = Decoder::new(b, "overflow");
+    let mut v = Vec::with_capacity(props.overflow_count as usize);
+    for _ in 0..props.overflow_count {
+        v.push((d.u64()?, d.u32()?));
+    }
+    let mut slots: Vec<u32> = v.iter().map(|&(_, s)| s).collect();
+    slots.sort_unstable();
+    let in_range = slots
+        .iter()
+        .all(|&s| (s as u64) >= props.table_size && (s as u64) < props.total_slots());
+    if !v.windows(2).all(|w| w[0] <= w[1]) || !in_range || slots.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::corruption(
+            "overflow list",
+            format!(
+                "sorted, distinct slots in [{}, {})",
+                props.table_size,
+                props.total_slots()
+            ),
+            "other values",
+        ));
+    }
+    Ok(v)
+}
+
+/// Iterator over a piece's entries in slot order; see [`PieceReader::iter`].
+pub struct PieceIter<'a> {
+    reader: &'a PieceReader,
+    next_block: u64,
+    /// Read but not yet decoded blocks, front first.
+    pending: Vec<(u64, Bytes)>,
+    block: Option<Block>,
+    slot: usize,
+}
+
+impl PieceIter<'_> {
+    fn fill(&mut self) -> Result<()> {
+        let r = self.reader;
+        let count = r.props.block_count;
+        let first = self.next_block;
+        let mut last = first + 1;
+        while last < count && r.blocks.range(first, last + 1).1 <= SCAN_READ_BYTES {
+            last += 1;
+        }
+        let (start, len) = r.blocks.range(first, last);
+        let bytes = r.file.read_at(start, len).map_err(|e| e.at(&r.name))?;
+        for b in (first..last).rev() {
+            let (off, len) = r.blocks.block(b);
+            let at = (off - start) as usize;
+            self.pending.push((b, bytes.slice(at..at + len)));
+        }
+        self.next_block = last;
+        Ok(())
+    }
+}
+
+impl Iterator for PieceIter<'_> {
+    type Item = Result<Entry>;
+
+    fn next(&mut self) -> Option<Result<Entry>> {
+        loop {
+            if let Some(block) = &self.block {
+                while self.slot < block.slot_count() {
+                    let i = self.slot;
+                    self.slot += 1;
+                    match block.entry(i) {
+                        Ok(Some(e)) => return Some(Ok(e)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.block = None;
+                            self.next_block = self.reader.props.block_count;
+                            return Some(Err(e.at(&self.reader.name)));
+                        }
+                    }
+                }
+            }
+            if self.pending.is_empty() {
+                if self.next_block >= self.reader.props.block_count {
+                    return None;
+                }
+                if let Err(e) = self.fill() {
+                    self.next_block = self.reader.props.block_count;
+                    return Some(Err(e));
+                }
+            }
+            let (b, bytes) = self.pending.pop().expect("filled above");
+            match self.reader.decode_block(b, bytes) {
+                Ok(block) => {
+                    self.block = Some(block);
+                    self.slot = 0;
+                }
+                Err(e) => {
+                    self.pending.clear();
+                    self.next_block = self.reader.props.block_count;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! Writing a piece file.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use super::block::{encode_block, pad_block, MAX_PADDING};
+use super::block_index::{BlockIndex, MAX_SEGMENT_BYTES};
+use super::entry::EntryRef;
+use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, WritableFile};
+use crate::hash::{key_hash, KEY_HASH_SEED};
+use crate::phf::{Phf, PhfConfig, PhfKind};
+use crate::util::codec::PutExt;
+use crate::util::prefetch;
+
+/// One key in this many is kept as a sample for seeks (paper §3.3).
+pub const SAMPLE_INTERVAL: usize = 64;
+const NONE: u32 = u32::MAX;
+/// Blocks encoded by one task, and tasks run in parallel before a write.
+const BLOCKS_PER_BATCH: usize = 64;
+const BATCHES_PER_WINDOW: usize = 64;
+
+/// How a piece is written.
+#[derive(Clone, Debug)]
+pub struct PieceOptions {
+    /// Perfect hash implementation of the local index.
+    pub phf_kind: PhfKind,
+    /// Perfect hash parameters (load factor, bucket size, segments).
+    pub phf: PhfConfig,
+    /// Blocks hold about this many bytes: `k = max(page_size / avg entry, 1)`.
+    pub page_size: usize,
+    /// Block compression.
+    pub compression: Compression,
+    /// Largest data segment; offsets within a segment are 32-bit. Only
+    /// tests set this below the default of 4 GiB.
+    pub max_segment_bytes: u64,
+    /// Start a block on the next page boundary when it would otherwise
+    /// straddle one, so that a read of a block that fits in a page touches
+    /// one page (one 4 KiB I/O with O_DIRECT), for about 10% more space.
+    pub align_blocks: bool,
+}
+
+impl Default for PieceOptions {
+    fn default() -> Self {
+        PieceOptions {
+            phf_kind: PhfKind::CpHash,
+            phf: PhfConfig::default(),
+            page_size: 4096,
+            compression: Compression::None,
+            max_segment_bytes: MAX_SEGMENT_BYTES,
+            align_blocks: true,
+        }
+    }
+}
+
+/// Writes `entries` (distinct keys, any order) as a piece file at `path` and
+/// syncs it. Runs in the current rayon thread pool.
+pub fn write_piece(
+    fs: &dyn FileSystem,
+    path: &Path,
+    entries: &[EntryRef<'_>],
+    options: &PieceOptions,
+) -> Result<PieceProperties> {
+    let hashes: Vec<u64> = entries.par_iter().map(|e| key_hash(e.key)).collect();
+    write_piece_hashed(fs, path, entries, &hashes, options)
+}
+
+/// [`write_piece`] with each key's [`key_hash`] already computed
+/// (`hashes[i]` for `entries[i]`).
+pub fn write_piece_hashed(
+    fs: &dyn FileSystem,
+    path: &Path,
+    entries: &[EntryRef<'_>],
+    hashes: &[u64],
+    options: &PieceOptions,
+) -> Result<PieceProperties> {
+    if hashes.len() != entries.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} hashes for {} entries",
+            hashes.len(),
+            entries.len()
+        )));
+    }
+    if options.page_size == 0 || options.max_segment_bytes == 0 {
+        return Err(Error::InvalidArgument(
+            "page_size and max_segment_bytes must be positive".into(),
+        ));
+    }
+    if entries.len() >= NONE as usize {
+        return Err(Error::InvalidArgument(format!(
+            "{} entries exceed a piece's limit of 2^32 - 1",
+            entries.len()
+        )));
+    }
+    entries.par_iter().try_for_each(|e| e.validate())?;
+    let key_order = sorted_order(entries)?;
+
+    let built = Phf::build(options.phf_kind, hashes, &options.phf)?;
+    let phf = built.phf;
+    let table_size = phf.table_size();
+
+    // Entry of each slot. Keys that share a 64-bit hash share a slot, so all
+    // but the first go to overflow slots past the table.
+    let mut by_slot = vec![NONE; table_size];
+    let mut overflow: Vec<u32> = Vec::new();
+    for (i, &h) in hashes.iter().enumerate() {
+        let s = phf.slot(h);
+        if by_slot[s] == NONE {
+            by_slot[s] = i as u32;
+        } else if hashes[by_slot[s] as usize] == h {
+            overflow.push(i as u32);
+        } else {
+            return Err(Error::PhfBuild(format!(
+                "hashes {:#x} and {h:#x} share slot {s}",
+                hashes[by_slot[s] as usize]
+            )));
+        }
+    }
+    by_slot.extend_from_slice(&overflow);
+    let total_slots = by_slot.len();
+
+    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
+    let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
+    let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
+    let block_count = total_slots.div_ceil(k);
+
+    let mut file = fs.create(path)?;
+    let (starts, max_block_bytes) = write_blocks(file.as_mut(), entries, &by_slot, k, options)?;
+    let data_bytes = file.len();
+
+    let mut props = PieceProperties {
+        entry_count: entries.len() as u64,
+        table_size: table_size as u64,
+        overflow_count: overflow.len() as u64,
+        slots_per_block: k as u32,
+        page_size: options.page_size.min(u32::MAX as usize) as u32,
+        block_count: block_count as u64,
+        data_bytes,
+        max_block_bytes: max_block_bytes as u64,
+        compression: options.compression,
+        key_hash_seed: KEY_HASH_SEED,
+        min_seq: entries.iter().map(|e| e.seq).min().unwrap_or(0),
+        max_seq: entries.iter().map(|e| e.seq).max().unwrap_or(0),
+        ..PieceProperties::default()
+    };
+    for e in entries {
+        props.tombstone_count += e.value.is_none() as u64;
+        props.key_bytes += e.key.len() as u64;
+        props.value_bytes += e.value.map_or(0, |v| v.len() as u64);
+    }
+
+    let mut sections = Vec::new();
+    let mut section = |file: &mut dyn WritableFile, id: SectionId, bytes: &[u8]| -> Result<()> {
+        sections.push(Section {
+            id: id as u32,
+            offset: file.len(),
+            len: bytes.len() as u64,
+            crc: crc32c::crc32c(bytes),
+        });
+        file.append(bytes)
+    };
+    section(file.as_mut(), SectionId::Properties, &props.encode())?;
+    let mut buf = Vec::new();
+    phf.encode(&mut buf);
+    section(file.as_mut(), SectionId::Phf, &buf)?;
+    buf.clear();
+    BlockIndex::from_offsets(&starts, options.max_segment_bytes).encode(&mut buf);
+    section(file.as_mut(), SectionId::BlockIndex, &buf)?;
+    buf.clear();
+    let mut overflow_slots: Vec<(u64, u32)> = overflow
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| (hashes[i as usize], (table_size + j) as u32))
+        .collect();
+    overflow_slots.sort_unstable();
+    for (h, s) in overflow_slots {
+        buf.put_u64(h);
+        buf.put_u32(s);
+    }
+    section(file.as_mut(), SectionId::Overflow, &buf)?;
+    buf.clear();
+    let mut slot_of = vec![0u32; entries.len()];
+    for (s, &i) in by_slot.iter().enumerate() {
+        if i != NONE {
+            slot_of[i as usize] = s as u32;
+            buf.put_u64(hashes[i as usize]);
+        }
+    }
+    section(file.as_mut(), SectionId::Hashes, &buf)?;
+    buf.clear();
+    for &i in &key_order {
+        buf.put_u32(slot_of[i as usize]);
+    }
+    section(file.as_mut(), SectionId::KeyOrder, &buf)?;
+    buf.clear();
+    encode_samples(entries, &key_order, &mut buf)?;
+    section(file.as_mut(), SectionId::Samples, &buf)?;
+
+    let dir = encode_directory(&sections);
+    let footer = Footer {
+        dir_offset: file.len(),
+        dir_len: dir.len() as u32,
+        dir_crc: crc32c::crc32c(&dir),
+    };
+    file.append(&dir)?;
+    file.append(&footer.encode())?;
+    file.sync()?;
+    Ok(props)
+}
+
+/// Encodes and appends all blocks, encoding a window of them in parallel at
+/// a time. With `align_blocks`, a block that fits in a page but would
+/// straddle a page boundary starts at the boundary instead: the block before
+/// it carries the padding, so that reading any block touches as few pages
+/// as possible. Returns each block's start plus the end of the last one, and
+/// the largest decompressed block.
+fn write_blocks(
+    file: &mut dyn WritableFile,
+    entries: &[EntryRef<'_>],
+    by_slot: &[u32],
+    k: usize,
+    options: &PieceOptions,
+) -> Result<(Vec<u64>, usize)> {
+    let total_slots = by_slot.len();
+    let block_count = total_slots.div_ceil(k);
+    let page = options.page_size;
+    let mut starts = Vec::with_capacity(block_count + 1);
+    let mut max_block_bytes = 0;
+    let mut at = file.len();
+    let mut pending: Option<Vec<u8>> = None;
+    let window = BLOCKS_PER_BATCH * BATCHES_PER_WINDOW;
+    for first in (0..block_count).step_by(window) {
+        let last = (first + window).min(block_count);
+        let batches: Vec<Result<(Vec<Vec<u8>>, usize)>> = (first..last)
+            .step_by(BLOCKS_PER_BATCH)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|batch_first| {
+                let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
+                encode_batch(entries, by_slot, k, blocks, options.compression)
+            })
+            .collect();
+        for batch in batches {
+            let (blocks, max_raw) = batch?;
+            max_block_bytes = max_block_bytes.max(max_raw);
+            for block in blocks {
+                if let Some(mut prev) = pending.take() {
+                    let next_start = (at + prev.len() as u64) as usize;
+                    let into_page = next_start % page;
+                    if options.align_blocks && block.len() <= page && into_page + block.len() > page
+                    {
+                        let mut grow = page - into_page;
+                        if grow < 3 {
+                            grow += page;
+                        }
+                        if grow <= MAX_PADDING + 2 {
+                            pad_block(&mut prev, grow);
+                        }
+                    }
+                    starts.push(at);
+                    at += prev.len() as u64;
+                    file.append(&prev)?;
+                }
+                pending = Some(block);
+            }
+        }
+    }
+    if let Some(prev) = pending {
+        starts.push(at);
+        file.append(&prev)?;
+    }
+    starts.push(file.len());
+    Ok((starts, max_block_bytes))
+}
+
+/// Encodes `blocks`, each into its own buffer. Entries are visited in slot
+/// order, which is random in memory: their cache lines are prefetched one
+/// block ahead.
+fn encode_batch(
+    entries: &[EntryRef<'_>],
+    by_slot: &[u32],
+    k: usize,
+    blocks: std::ops::Range<usize>,
+    compression: Compression,
+) -> Result<(Vec<Vec<u8>>, usize)> {
+    let slots_of = |b: usize| {
+        by_slot[b * k..((b + 1) * k).min(by_slot.len())]
+            .iter()
+            .map(|&i| (i != NONE).then(|| entries[i as usize]))
+            .collect::<Vec<_>>()
+    };
+    let mut out = Vec::with_capacity(blocks.len());
+    let (mut lz4_scratch, mut max_raw) = (Vec::new(), 0);
+    let mut next = slots_of(blocks.start);
+    for b in blocks.clone() {
+        let slots = std::mem::take(&mut next);
+        if b + 1 < blocks.end {
+            next = slots_of(b + 1);
+            for e in next.iter().flatten() {
+                prefetch(e.key.as_ptr());
+                if let Some(v) = e.value {
+                    prefetch(v.as_ptr());
+                }
+            }
+        }
+        let mut block = Vec::with_capacity(slots.len() * 64 + 64);
+        max_raw = max_raw.max(encode_block(
+            &slots,
+            compression,
+            &mut lz4_scratch,
+            &mut block,
+        )?);
+        out.push(block);
+    }
+    Ok((out, max_raw))
+}
+
+/// `count:u32`, `offsets:[u32; count + 1]`, then the sampled keys: the key
+/// at every `SAMPLE_INTERVAL`-th position of the key order.
+fn encode_samples(entries: &[EntryRef<'_>], key_order: &[u32], out: &mut Vec<u8>) -> Result<()> {
+    let samples: Vec<&[u8]> = key_order
+        .iter()
+        .step_by(SAMPLE_INTERVAL)
+        .map(|&i| entries[i as usize].key)
+        .collect();
+    out.put_u32(samples.len() as u32);
+    let mut at = 0u64;
+    out.put_u32(0);
+    for s in &samples {
+        at += s.len() as u64;
+        let at = u32::try_from(at)
+            .map_err(|_| Error::InvalidArgument("sampled keys of one piece exceed 4 GiB".into()))?;
+        out.put_u32(at);
+    }
+    for s in &samples {
+        out.extend_from_slice(s);
+    }
+    Ok(())
+}
+
+/// Entry indices in key order; rejects repeated keys.
+fn sorted_order(entries: &[EntryRef<'_>]) -> Result<Vec<u32>> {
+    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
+    // Flushes and compactions hand over sorted, distinct keys: one pass.
+    if entries.windows(2).all(|w| w[0].key < w[1].key) {
+        return Ok(order);
+    }
+    order.par_sort_unstable_by(|&a, &b| entries[a as usize].key.cmp(entries[b as usize].key));
+    if let Some(w) = order
+        .windows(2)
+        .find(|w| entries[w[0] as usize].key == entries[w[1] as usize].key)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "key {:?} appears twice in one piece",
+            String::from_utf8_lossy(entries[w[0] as usize].key)
+        )));
+    }
+    Ok(order)
+}
