@@ -119,6 +119,57 @@ impl PhfConfig {
     }
 }
 
+/// Sorted distinct values of `hashes`, and the values that occur more than
+/// once (each listed once).
+pub(crate) fn split_repeats(hashes: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let mut v = hashes.to_vec();
+    v.sort_unstable();
+    let mut repeats: Vec<u64> = v
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    repeats.dedup();
+    v.dedup();
+    (v, repeats)
+}
+
+/// Appends the XXH3-64 of `out[start..]`: the trailer of a serialized
+/// perfect hash.
+pub(crate) fn seal(out: &mut Vec<u8>, start: usize) {
+    let checksum = xxhash_rust::xxh3::xxh3_64(&out[start..]);
+    out.extend_from_slice(&checksum.to_le_bytes());
+}
+
+/// Checks the XXH3-64 trailer of a serialized perfect hash of at least
+/// `min_len` bytes and returns the body before it. `strict` keeps the check
+/// even in fuzz builds.
+pub(crate) fn unseal(bytes: &[u8], min_len: usize, strict: bool) -> Result<&[u8]> {
+    if bytes.len() < min_len.max(8) {
+        return Err(Error::corruption(
+            "length",
+            format!("at least {min_len} bytes"),
+            bytes.len(),
+        ));
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - 8);
+    let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
+    let actual = xxhash_rust::xxh3::xxh3_64(body);
+    let ok = if strict {
+        stored == actual
+    } else {
+        crate::util::checksum_matches(stored, actual)
+    };
+    if !ok {
+        return Err(Error::corruption(
+            "checksum",
+            format!("{stored:#018x}"),
+            format!("{actual:#018x}"),
+        ));
+    }
+    Ok(body)
+}
+
 /// Which perfect hash implementation a table uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PhfKind {

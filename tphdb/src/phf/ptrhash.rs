@@ -17,9 +17,8 @@ use epserde::ser::Serialize;
 use ptr_hash::bucket_fn::Linear;
 use ptr_hash::hash::StrongerIntHash;
 use ptr_hash::{PtrHash, PtrHashParams};
-use xxhash_rust::xxh3::xxh3_64;
 
-use super::{Built, PerfectHash, PhfConfig};
+use super::{seal, split_repeats, unseal, Built, PerfectHash, PhfConfig};
 use crate::error::{Error, Result};
 use crate::util::codec::{Decoder, PutExt};
 
@@ -71,15 +70,7 @@ impl PerfectHash for PtrHashPhf {
             Some(inner) => (inner, hashes.len(), Vec::new()),
             None => {
                 // PtrHash gives up on repeated hashes; drop the repeats and retry.
-                let mut v = hashes.to_vec();
-                v.sort_unstable();
-                let mut dups: Vec<u64> = v
-                    .windows(2)
-                    .filter(|w| w[0] == w[1])
-                    .map(|w| w[0])
-                    .collect();
-                dups.dedup();
-                v.dedup();
+                let (v, dups) = split_repeats(hashes);
                 let inner = Inner::try_new(&v, params).ok_or_else(|| {
                     Error::PhfBuild(format!("ptr_hash failed on {} keys", v.len()))
                 })?;
@@ -134,8 +125,7 @@ impl PerfectHash for PtrHashPhf {
         out.put_u64(self.table_size as u64);
         out.put_u64(body.len() as u64);
         out.extend_from_slice(&body);
-        let checksum = xxh3_64(&out[start..]);
-        out.put_u64(checksum);
+        seal(out, start);
     }
 
     fn decode(bytes: Bytes) -> Result<Self> {
@@ -148,33 +138,10 @@ impl PerfectHash for PtrHashPhf {
 }
 
 fn decode(bytes: &[u8]) -> Result<PtrHashPhf> {
-    if bytes.len() < 36 {
-        return Err(Error::corruption(
-            "length",
-            "at least 36 bytes",
-            bytes.len(),
-        ));
-    }
-    let body_len = bytes.len() - 8;
-    let stored = u64::from_le_bytes(bytes[body_len..].try_into().expect("8 bytes"));
-    let actual = xxh3_64(&bytes[..body_len]);
     // Strict even in fuzz builds: epserde must only see bytes we wrote.
-    if stored != actual {
-        return Err(Error::corruption(
-            "checksum",
-            format!("{stored:#018x}"),
-            format!("{actual:#018x}"),
-        ));
-    }
+    let body_len = unseal(bytes, 36, true)?.len();
     let mut d = Decoder::new(&bytes[..body_len], "ptr_hash");
-    let magic = d.u32()?;
-    if magic != MAGIC {
-        return Err(Error::corruption(
-            "magic",
-            format!("{MAGIC:#x}"),
-            format!("{magic:#x}"),
-        ));
-    }
+    d.magic_u32(MAGIC)?;
     let n = d.u64()? as usize;
     let table_size = d.u64()? as usize;
     let len = d.u64()? as usize;

@@ -99,6 +99,19 @@ impl<'a> Decoder<'a> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
+    /// Reads a u32 that must equal `magic`.
+    pub(crate) fn magic_u32(&mut self, magic: u32) -> Result<()> {
+        let found = self.u32()?;
+        if found != magic {
+            return Err(Error::corruption(
+                format!("{} magic", self.what),
+                format!("{magic:#x}"),
+                format!("{found:#x}"),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn varint(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for i in 0..10 {

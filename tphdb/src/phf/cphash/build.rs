@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::search::{search, Scratch, SearchError, Space};
 use super::{SegmentRecord, Shape, MAX_LOAD};
 use crate::error::{Error, Result};
-use crate::phf::PhfConfig;
+use crate::phf::{split_repeats, PhfConfig};
 use crate::util::reduce::{mix64, mul_high};
 
 /// Attempts per segment: the first ones change only the dictionary, later
@@ -171,16 +171,8 @@ fn build_segment(
                 // Keep one copy of each repeated hash and search again; the
                 // attempt is not spent, the input was at fault. Other buckets
                 // may hold repeats the search had not reached: collect all.
-                let mut v = keys.to_vec();
-                v.sort_unstable();
-                let mut repeats: Vec<u64> = v
-                    .windows(2)
-                    .filter(|w| w[0] == w[1])
-                    .map(|w| w[0])
-                    .collect();
-                repeats.dedup();
+                let (v, repeats) = split_repeats(keys);
                 duplicates.extend(repeats);
-                v.dedup();
                 deduplicated = Some(v);
             }
             Err(SearchError::Exhausted) => {

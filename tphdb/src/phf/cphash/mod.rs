@@ -23,14 +23,11 @@
 mod build;
 mod search;
 
-use bytes::Bytes;
-use xxhash_rust::xxh3::xxh3_64;
-
-use super::{Built, PerfectHash, PhfConfig};
+use super::{seal, unseal, Built, PerfectHash, PhfConfig};
 use crate::error::{Error, Result};
-use crate::util::checksum_matches;
 use crate::util::codec::{u32_at, Decoder, PutExt};
 use crate::util::reduce::{mix64, mul_high, mul_high_rem, FastMod, MIX};
+use bytes::Bytes;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
 const VERSION: u16 = 1;
@@ -305,8 +302,7 @@ impl PerfectHash for CpHash {
         }
         out.extend_from_slice(&self.pilots);
         out.extend_from_slice(&self.remap);
-        let checksum = xxh3_64(&out[start..]);
-        out.put_u64(checksum);
+        seal(out, start);
     }
 
     fn decode(bytes: Bytes) -> Result<Self> {
@@ -323,32 +319,9 @@ impl PerfectHash for CpHash {
 }
 
 fn decode(bytes: Bytes) -> Result<CpHash> {
-    if bytes.len() < HEADER_BYTES + 8 {
-        return Err(Error::corruption(
-            "length",
-            format!("at least {} bytes", HEADER_BYTES + 8),
-            bytes.len(),
-        ));
-    }
-    let body_len = bytes.len() - 8;
-    let stored = u64::from_le_bytes(bytes[body_len..].try_into().expect("8 bytes"));
-    let actual = xxh3_64(&bytes[..body_len]);
-    if !checksum_matches(stored, actual) {
-        return Err(Error::corruption(
-            "checksum",
-            format!("{stored:#018x}"),
-            format!("{actual:#018x}"),
-        ));
-    }
+    let body_len = unseal(&bytes, HEADER_BYTES + 8, false)?.len();
     let mut d = Decoder::new(&bytes[..body_len], "cphash");
-    let magic = d.u32()?;
-    if magic != MAGIC {
-        return Err(Error::corruption(
-            "magic",
-            format!("{MAGIC:#x}"),
-            format!("{magic:#x}"),
-        ));
-    }
+    d.magic_u32(MAGIC)?;
     let version = d.u16()?;
     if version != VERSION {
         return Err(Error::corruption("format version", VERSION, version));
