@@ -1,12 +1,71 @@
-//! The key hash: every key is hashed once, with xxh3, to the 64-bit value the
+//! Key hashes. Every key is hashed once, with xxh3, to the 64-bit value the
 //! perfect hashes, signatures and hash ranges are computed from.
+
+use crate::util::reduce::mix64;
 
 /// Seed of the key hash. Part of the on-disk format: changing it makes
 /// every stored hash wrong.
 pub const KEY_HASH_SEED: u64 = 0x7470_6864_625f_6b68;
+/// Seed of the second, independent key hash that tells apart keys whose
+/// first hashes collide (TPH exception lists, compaction).
+const KEY_HASH2_SEED: u64 = 0x7470_6864_625f_6b32;
+/// Seed deriving a TPH slot's signature from the key hash.
+const SIGNATURE_SEED: u64 = 0x7369_676e_6174_7572;
 
 /// The 64-bit hash of a key.
 #[inline]
 pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH_SEED)
+    let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH_SEED);
+    #[cfg(test)]
+    let h = test_support::narrow(h);
+    h
+}
+
+/// Unit tests force 64-bit hash collisions by keeping only a few bits of
+/// the key hash, per thread (set it on rayon's workers too).
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::cell::Cell;
+
+    thread_local! {
+        static HASH_BITS: Cell<u32> = const { Cell::new(64) };
+    }
+
+    pub(crate) fn set_hash_bits(bits: u32) {
+        HASH_BITS.set(bits);
+    }
+
+    pub(crate) fn narrow(h: u64) -> u64 {
+        match HASH_BITS.get() {
+            64 => h,
+            // Keep the top bits: they choose segments and hash ranges.
+            bits => h & !(u64::MAX >> bits),
+        }
+    }
+}
+
+/// The second 64-bit hash of a key; `(key_hash, key_hash2)` identifies a
+/// key up to a 2^-128 chance.
+#[inline]
+pub(crate) fn key_hash2(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH2_SEED)
+}
+
+/// The `bits`-bit signature stored in a TPH slot, independent of the slot.
+#[inline]
+pub(crate) fn signature(h: u64, bits: u32) -> u64 {
+    debug_assert!((1..=32).contains(&bits));
+    mix64(h, SIGNATURE_SEED) >> (64 - bits)
+}
+
+/// The 32-bit search key of the hash-range levels (paper §3.4).
+#[inline]
+pub(crate) fn search_key(h: u64) -> u32 {
+    (h >> 32) as u32
+}
+
+/// The partition of `h` in a level of `partitions` equal hash ranges.
+#[inline]
+pub(crate) fn partition_of(h: u64, partitions: u64) -> u64 {
+    (search_key(h) as u64 * partitions) >> 32
 }

@@ -3,11 +3,17 @@
 //! one disk read.
 #![warn(missing_docs)]
 
+mod batch;
+mod cursor;
 mod error;
 pub mod fs;
 pub mod hash;
+mod log;
+mod memtable;
 pub mod phf;
 pub mod piece;
+mod tph;
 mod util;
 
+pub use batch::WriteBatch;
 pub use error::{Error, Result};

@@ -19,6 +19,8 @@ mod writer;
 pub use block_index::MAX_SEGMENT_BYTES;
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use format::{Compression, PieceProperties};
+pub(crate) use reader::HashSection;
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;
 pub use writer::{write_piece, write_piece_hashed, PieceOptions, SAMPLE_INTERVAL};
+pub(crate) use writer::{write_piece_with_sections, FIRST_EXTRA_SECTION};

@@ -234,19 +234,54 @@ impl PieceReader {
         read_section(self.file.as_ref(), &self.sections, id).map_err(|e| e.at(&self.name))
     }
 
-    /// The 64-bit hash of every entry, in slot order; what a TPH's global
-    /// index is rebuilt from without reading keys or values.
+    /// The 64-bit key hash of every entry, ascending; what a TPH's global
+    /// index can be rebuilt from without reading keys or values.
     pub fn key_hashes(&self) -> Result<Vec<u64>> {
+        Ok(self.key_hash_section()?.iter().map(|(h, _)| h).collect())
+    }
+
+    /// The verified key-hash section: `(key_hash, key_hash2)` of every entry,
+    /// ascending.
+    pub(crate) fn key_hash_section(&self) -> Result<HashSection> {
         let b = self.section(SectionId::Hashes)?;
-        if b.len() as u64 != self.props.entry_count * 8 {
+        let s = HashSection(b);
+        let n = s.len();
+        let sorted = (1..n).all(|i| s.get(i - 1) <= s.get(i));
+        if s.0.len() as u64 != self.props.entry_count * 16 || !sorted {
             return Err(Error::corruption(
-                "key hashes length",
-                self.props.entry_count * 8,
-                b.len(),
+                "key hashes",
+                format!("{} ascending hash pairs", self.props.entry_count),
+                format!("{} bytes, sorted: {sorted}", s.0.len()),
             )
             .at(&self.name));
         }
-        Ok((0..self.len()).map(|i| u64_at(&b, i)).collect())
+        Ok(s)
+    }
+
+    /// A caller-defined section (see `write_piece_with_sections`), verified.
+    pub(crate) fn extra_section(&self, id: u32) -> Result<Option<Bytes>> {
+        let Some(s) = self.sections.iter().find(|s| s.id == id) else {
+            return Ok(None);
+        };
+        let bytes = self
+            .file
+            .read_at(s.offset, s.len as usize)
+            .map_err(|e| e.at(&self.name))?;
+        let crc = crc32c::crc32c(&bytes);
+        if !checksum_matches(s.crc, crc) {
+            return Err(Error::corruption(
+                format!("section {id} checksum"),
+                format!("{:#010x}", s.crc),
+                format!("{crc:#010x}"),
+            )
+            .at(&self.name));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Bytes of the file.
+    pub fn file_bytes(&self) -> u64 {
+        self.file.len()
     }
 
     /// The key-order index, loaded (and verified) on first use.
@@ -274,8 +309,55 @@ impl PieceReader {
     }
 
     /// A cursor over the entries in key order (bytewise), with seeks.
-    pub fn sorted_cursor(&self) -> Result<SortedCursor<'_>> {
-        Ok(SortedCursor::new(self, self.sorted_index()?))
+    pub fn sorted_cursor(&self) -> Result<SortedCursor<&PieceReader>> {
+        SortedCursor::new(self)
+    }
+}
+
+/// `(key_hash, key_hash2)` of every entry of a piece, ascending.
+#[derive(Clone, Debug)]
+pub(crate) struct HashSection(Bytes);
+
+impl HashSection {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len() / 16
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> (u64, u64) {
+        (u64_at(&self.0, 2 * i), u64_at(&self.0, 2 * i + 1))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Whether some entry has key hash `h`.
+    pub(crate) fn contains_hash(&self, h: u64) -> bool {
+        let i = self.lower_bound((h, 0));
+        i < self.len() && self.get(i).0 == h
+    }
+
+    /// Whether some entry has exactly these two hashes.
+    pub(crate) fn contains(&self, h: u64, h2: u64) -> bool {
+        let i = self.lower_bound((h, h2));
+        i < self.len() && self.get(i) == (h, h2)
+    }
+
+    fn lower_bound(&self, x: (u64, u64)) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.get(mid) < x {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 }
 

@@ -5,6 +5,7 @@
 //! search over the samples in memory followed by one over at most 64
 //! entries read from disk.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -96,9 +97,10 @@ impl SortedIndex {
 }
 
 /// A position in a piece's key order. Reads the block of each entry it
-/// visits, reusing the last block read.
-pub struct SortedCursor<'a> {
-    reader: &'a PieceReader,
+/// visits, reusing the last block read. `R` is how the reader is held
+/// (`&PieceReader`, or a shared handle).
+pub struct SortedCursor<R> {
+    reader: R,
     index: Arc<SortedIndex>,
     /// Position in key order; `index.len()` when not valid.
     pos: usize,
@@ -106,16 +108,18 @@ pub struct SortedCursor<'a> {
     block: Option<(u64, Block)>,
 }
 
-impl<'a> SortedCursor<'a> {
-    pub(crate) fn new(reader: &'a PieceReader, index: Arc<SortedIndex>) -> Self {
+impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
+    /// A cursor over `reader`'s entries in key order, not yet positioned.
+    pub fn new(reader: R) -> Result<Self> {
+        let index = reader.sorted_index()?;
         let pos = index.len();
-        SortedCursor {
+        Ok(SortedCursor {
             reader,
             index,
             pos,
             current: None,
             block: None,
-        }
+        })
     }
 
     /// True when positioned on an entry.

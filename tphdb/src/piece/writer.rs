@@ -10,10 +10,14 @@ use super::entry::EntryRef;
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
-use crate::hash::{key_hash, KEY_HASH_SEED};
+use crate::hash::{key_hash, key_hash2, KEY_HASH_SEED};
 use crate::phf::{Phf, PhfConfig, PhfKind};
 use crate::util::codec::PutExt;
 use crate::util::prefetch;
+
+/// Section ids from here on are free for callers (see
+/// [`write_piece_with_sections`]).
+pub(crate) const FIRST_EXTRA_SECTION: u32 = 16;
 
 /// One key in this many is kept as a sample for seeks (paper §3.3).
 pub const SAMPLE_INTERVAL: usize = 64;
@@ -76,6 +80,28 @@ pub fn write_piece_hashed(
     hashes: &[u64],
     options: &PieceOptions,
 ) -> Result<PieceProperties> {
+    write_piece_with_sections(fs, path, entries, hashes, options, &[])
+}
+
+/// [`write_piece_hashed`] plus caller-defined sections (ids of
+/// [`FIRST_EXTRA_SECTION`] and up) stored and checksummed like the others;
+/// a TPH's head piece carries its global index this way.
+pub(crate) fn write_piece_with_sections(
+    fs: &dyn FileSystem,
+    path: &Path,
+    entries: &[EntryRef<'_>],
+    hashes: &[u64],
+    options: &PieceOptions,
+    extra_sections: &[(u32, &[u8])],
+) -> Result<PieceProperties> {
+    if extra_sections
+        .iter()
+        .any(|&(id, _)| id < FIRST_EXTRA_SECTION)
+    {
+        return Err(Error::InvalidArgument(
+            "extra section ids start at 16".into(),
+        ));
+    }
     if hashes.len() != entries.len() {
         return Err(Error::InvalidArgument(format!(
             "{} hashes for {} entries",
@@ -185,8 +211,18 @@ pub fn write_piece_hashed(
     for (s, &i) in by_slot.iter().enumerate() {
         if i != NONE {
             slot_of[i as usize] = s as u32;
-            buf.put_u64(hashes[i as usize]);
         }
+    }
+    // Both key hashes, sorted, so that membership is a binary search.
+    let mut pairs: Vec<(u64, u64)> = entries
+        .par_iter()
+        .zip(hashes)
+        .map(|(e, &h)| (h, key_hash2(e.key)))
+        .collect();
+    pairs.par_sort_unstable();
+    for (h, h2) in pairs {
+        buf.put_u64(h);
+        buf.put_u64(h2);
     }
     section(file.as_mut(), SectionId::Hashes, &buf)?;
     buf.clear();
@@ -197,6 +233,15 @@ pub fn write_piece_hashed(
     buf.clear();
     encode_samples(entries, &key_order, &mut buf)?;
     section(file.as_mut(), SectionId::Samples, &buf)?;
+    for &(id, bytes) in extra_sections {
+        sections.push(Section {
+            id,
+            offset: file.len(),
+            len: bytes.len() as u64,
+            crc: crc32c::crc32c(bytes),
+        });
+        file.append(bytes)?;
+    }
 
     let dir = encode_directory(&sections);
     let footer = Footer {

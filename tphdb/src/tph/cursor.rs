@@ -1,0 +1,142 @@
+//! Key-order scans of a TPH: the pieces' own key-order indexes, merged, each
+//! filtered to the entries the global index says are live.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{PieceFile, Tph};
+use crate::cursor::{Cursor, MergingCursor};
+use crate::error::Result;
+use crate::piece::{PieceReader, SortedCursor};
+
+/// A shared handle to a piece, as the reader a cursor holds.
+struct PieceRef(Arc<PieceFile>);
+
+impl Deref for PieceRef {
+    type Target = PieceReader;
+    fn deref(&self) -> &PieceReader {
+        &self.0
+    }
+}
+
+/// One piece's entries in key order, skipping those a newer piece replaced.
+struct LiveCursor {
+    tph: Arc<Tph>,
+    piece: usize,
+    inner: SortedCursor<PieceRef>,
+}
+
+impl LiveCursor {
+    fn live(&self) -> bool {
+        self.inner
+            .entry()
+            .is_none_or(|e| self.tph.is_live(&e.key, self.piece))
+    }
+
+    fn skip_forward(&mut self) -> Result<()> {
+        while !self.live() {
+            self.inner.move_next()?;
+        }
+        Ok(())
+    }
+
+    fn skip_backward(&mut self) -> Result<()> {
+        while !self.live() {
+            self.inner.move_prev()?;
+        }
+        Ok(())
+    }
+}
+
+impl Cursor for LiveCursor {
+    fn valid(&self) -> bool {
+        self.inner.valid()
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.inner.entry().expect("valid cursor").key
+    }
+
+    fn value(&self) -> Option<&Bytes> {
+        self.inner.entry().expect("valid cursor").value.as_ref()
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.inner.seek_to_first()?;
+        self.skip_forward()
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.inner.seek_to_last()?;
+        self.skip_backward()
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.inner.seek(target)?;
+        self.skip_forward()
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.inner.seek_for_prev(target)?;
+        self.skip_backward()
+    }
+
+    fn next(&mut self) -> Result<()> {
+        self.inner.move_next()?;
+        self.skip_forward()
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        self.inner.move_prev()?;
+        self.skip_backward()
+    }
+}
+
+/// A cursor over a TPH's live entries (tombstones included) in key order.
+pub(crate) struct TphCursor(MergingCursor<'static>);
+
+impl TphCursor {
+    pub(crate) fn new(tph: &Arc<Tph>) -> Result<TphCursor> {
+        let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(tph.pieces.len());
+        for (piece, p) in tph.pieces.iter().enumerate() {
+            children.push(Box::new(LiveCursor {
+                tph: tph.clone(),
+                piece,
+                inner: SortedCursor::new(PieceRef(p.clone()))?,
+            }));
+        }
+        Ok(TphCursor(MergingCursor::new(children)))
+    }
+}
+
+impl Cursor for TphCursor {
+    fn valid(&self) -> bool {
+        self.0.valid()
+    }
+    fn key(&self) -> &[u8] {
+        self.0.key()
+    }
+    fn value(&self) -> Option<&Bytes> {
+        self.0.value()
+    }
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.0.seek_to_first()
+    }
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.0.seek_to_last()
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.0.seek(target)
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.0.seek_for_prev(target)
+    }
+    fn next(&mut self) -> Result<()> {
+        self.0.next()
+    }
+    fn prev(&mut self) -> Result<()> {
+        self.0.prev()
+    }
+}

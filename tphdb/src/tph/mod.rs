@@ -1,0 +1,309 @@
+//! Two-tier perfect hash tables (paper §3.2, §3.5).
+//!
+//! A TPH is a group of immutable piece files plus a global index. Each piece
+//! has its own perfect hash (the local index); the global index maps every
+//! live key of the TPH to the piece that holds its newest version. The
+//! global index lives in extra sections of the newest ("head") piece, so
+//! opening a TPH reads it instead of rebuilding it. A lookup is two
+//! in-memory probes and one block read.
+//!
+//! Invariant: every key that has an entry in any piece of the TPH is live
+//! (has a slot or an exception). Keys leave the TPH only when no remaining
+//! piece holds their hash, which is what makes routing by hash exact.
+
+mod cursor;
+mod index;
+mod merge;
+mod meta;
+
+use std::collections::HashMap;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub(crate) use cursor::TphCursor;
+pub(crate) use merge::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats};
+
+use self::index::GlobalIndex;
+use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
+use crate::error::{Error, Result};
+use crate::fs::{FileSystem, ReadMode};
+use crate::hash::key_hash;
+use crate::phf::Phf;
+use crate::piece::{Entry, PieceReader};
+
+/// File name of piece `number`.
+pub(crate) fn piece_file_name(number: u64) -> String {
+    format!("{number:06}.ph")
+}
+
+/// An open piece file shared by the TPH versions that reference it. Once
+/// marked obsolete, the file is deleted when the last reference goes.
+pub(crate) struct PieceFile {
+    number: u64,
+    reader: PieceReader,
+    path: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    obsolete: AtomicBool,
+}
+
+impl std::fmt::Debug for PieceFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PieceFile")
+            .field("number", &self.number)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PieceFile {
+    pub(crate) fn open(
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        number: u64,
+        mode: ReadMode,
+    ) -> Result<Arc<PieceFile>> {
+        let path = dir.join(piece_file_name(number));
+        let reader = PieceReader::open(fs.as_ref(), &path, mode)?;
+        Ok(Arc::new(PieceFile {
+            number,
+            reader,
+            path,
+            fs: fs.clone(),
+            obsolete: AtomicBool::new(false),
+        }))
+    }
+
+    pub(crate) fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The file is no longer part of the current version; delete it when
+    /// nothing reads it any more.
+    pub(crate) fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+}
+
+impl Deref for PieceFile {
+    type Target = PieceReader;
+    fn deref(&self) -> &PieceReader {
+        &self.reader
+    }
+}
+
+impl Drop for PieceFile {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            // Best effort: a file left behind is found and removed at open.
+            let _ = self.fs.remove(&self.path);
+        }
+    }
+}
+
+/// A two-tier perfect hash table. Immutable; a compaction makes a new one.
+pub(crate) struct Tph {
+    level: u32,
+    partition: u64,
+    /// The piece holding the global index (a data piece, or index-only).
+    head: Arc<PieceFile>,
+    /// Data pieces, oldest first.
+    pieces: Vec<Arc<PieceFile>>,
+    live_counts: Vec<u64>,
+    index: GlobalIndex,
+}
+
+impl std::fmt::Debug for Tph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tph")
+            .field("level", &self.level)
+            .field("partition", &self.partition)
+            .field("head", &self.head.number)
+            .field("pieces", &self.piece_numbers())
+            .finish_non_exhaustive()
+    }
+}
+
+fn missing(what: &str) -> Error {
+    Error::corruption("tph head piece", format!("a {what} section"), "none")
+}
+
+impl Tph {
+    /// Opens the TPH whose head piece is `head_number`; pieces already open
+    /// are taken from `open_pieces` (and new ones added to it).
+    pub(crate) fn open(
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        head_number: u64,
+        mode: ReadMode,
+        open_pieces: &mut HashMap<u64, Arc<PieceFile>>,
+    ) -> Result<Tph> {
+        let mut get = |n: u64| -> Result<Arc<PieceFile>> {
+            if let Some(p) = open_pieces.get(&n) {
+                return Ok(p.clone());
+            }
+            let p = PieceFile::open(fs, dir, n, mode)?;
+            open_pieces.insert(n, p.clone());
+            Ok(p)
+        };
+        let head = get(head_number)?;
+        let load = || -> Result<(TphMeta, GlobalIndex)> {
+            let meta = TphMeta::decode(
+                &head
+                    .extra_section(SECTION_META)?
+                    .ok_or_else(|| missing("meta"))?,
+            )?;
+            let phf = Phf::decode(
+                head.extra_section(SECTION_PHF)?
+                    .ok_or_else(|| missing("phf"))?,
+            )?;
+            let slots = head
+                .extra_section(SECTION_SLOTS)?
+                .ok_or_else(|| missing("slots"))?;
+            let exceptions = head
+                .extra_section(SECTION_EXCEPTIONS)?
+                .ok_or_else(|| missing("exceptions"))?;
+            let index = GlobalIndex::decode(
+                phf,
+                meta.sig_bits,
+                meta.piece_bits,
+                slots,
+                &exceptions,
+                meta.pieces.len(),
+            )?;
+            Ok((meta, index))
+        };
+        let (meta, index) = load().map_err(|e| e.at(head.name()))?;
+        let mut pieces = Vec::with_capacity(meta.pieces.len());
+        for &(n, _) in &meta.pieces {
+            pieces.push(get(n)?);
+        }
+        Ok(Tph {
+            level: meta.level,
+            partition: meta.partition,
+            head,
+            live_counts: meta.pieces.iter().map(|p| p.1).collect(),
+            pieces,
+            index,
+        })
+    }
+
+    pub(crate) fn level(&self) -> u32 {
+        self.level
+    }
+
+    pub(crate) fn partition(&self) -> u64 {
+        self.partition
+    }
+
+    pub(crate) fn head_number(&self) -> u64 {
+        self.head.number
+    }
+
+    pub(crate) fn piece_numbers(&self) -> Vec<u64> {
+        self.pieces.iter().map(|p| p.number).collect()
+    }
+
+    /// Every file the TPH reads: data pieces and the head.
+    pub(crate) fn files(&self) -> impl Iterator<Item = &Arc<PieceFile>> {
+        let head_is_data = self.pieces.iter().any(|p| p.number == self.head.number);
+        self.pieces
+            .iter()
+            .chain((!head_is_data).then_some(&self.head))
+    }
+
+    pub(crate) fn piece_count(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Live keys (tombstones included).
+    pub(crate) fn live_count(&self) -> u64 {
+        self.live_counts.iter().sum()
+    }
+
+    /// Entries stored in the pieces, live or not.
+    pub(crate) fn stored_entries(&self) -> u64 {
+        self.pieces.iter().map(|p| p.properties().entry_count).sum()
+    }
+
+    /// Bytes of the files the TPH reads.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        self.files().map(|p| p.file_bytes()).sum()
+    }
+
+    /// Data bytes of live entries, estimated piece by piece.
+    pub(crate) fn live_data_bytes(&self) -> u64 {
+        self.pieces
+            .iter()
+            .zip(&self.live_counts)
+            .map(|(p, &live)| {
+                let props = p.properties();
+                props.data_bytes * live / props.entry_count.max(1)
+            })
+            .sum()
+    }
+
+    /// In-memory index bytes: the global index and every piece's local one.
+    pub(crate) fn index_memory_bytes(&self) -> usize {
+        self.index.memory_bytes()
+            + self
+                .pieces
+                .iter()
+                .map(|p| p.index_memory_bytes())
+                .sum::<usize>()
+    }
+
+    /// `(global, local)` parts of [`Tph::index_memory_bytes`].
+    pub(crate) fn index_memory_parts(&self) -> (usize, usize) {
+        (
+            self.index.memory_bytes(),
+            self.pieces.iter().map(|p| p.index_memory_bytes()).sum(),
+        )
+    }
+
+    /// The newest version of `key` in this TPH (a tombstone has no value).
+    /// At most one block read; none when the signature rules the key out.
+    pub(crate) fn get(&self, key: &[u8], h: u64) -> Result<Option<Entry>> {
+        match self.index.route(key, h) {
+            Some(p) => self.pieces[p].get_hashed(key, h),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the entry for `key` found in piece `piece` is its live version.
+    fn is_live(&self, key: &[u8], piece: usize) -> bool {
+        self.index.route(key, key_hash(key)) == Some(piece)
+    }
+
+    /// Every live entry, in key order: the delta this TPH hands to the level
+    /// below.
+    pub(crate) fn live_entries(&self) -> Result<Vec<DeltaEntry>> {
+        let mut out = Vec::with_capacity(self.live_count() as usize);
+        for (i, p) in self.pieces.iter().enumerate() {
+            for e in p.iter() {
+                let e = e?;
+                let h = key_hash(&e.key);
+                if self.index.route(&e.key, h) == Some(i) {
+                    out.push(DeltaEntry {
+                        key: e.key,
+                        value: e.value,
+                        seq: e.seq,
+                        h,
+                    });
+                }
+            }
+        }
+        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        if out.len() as u64 != self.live_count() {
+            return Err(Error::corruption(
+                format!("tph {} live entries", self.head.number),
+                self.live_count(),
+                out.len(),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

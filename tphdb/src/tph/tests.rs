@@ -1,0 +1,357 @@
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::*;
+use crate::cursor::Cursor;
+use crate::fs::{FileSystem, MemFs, ReadMode};
+use crate::hash::test_support::set_hash_bits;
+use crate::piece::PieceOptions;
+
+/// Key -> Some(value) or None (tombstone).
+type Model = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+struct Harness {
+    fs: Arc<dyn FileSystem>,
+    mem: MemFs,
+    dir: PathBuf,
+    next_number: u64,
+    seq: u64,
+    tph: Option<Arc<Tph>>,
+    model: Model,
+    bottom: bool,
+    max_pieces: usize,
+    options: PieceOptions,
+}
+
+impl Harness {
+    fn new(bottom: bool, max_pieces: usize) -> Harness {
+        let mem = MemFs::new();
+        Harness {
+            fs: Arc::new(mem.clone()),
+            mem,
+            dir: PathBuf::from("/db"),
+            next_number: 1,
+            seq: 1,
+            tph: None,
+            model: Model::new(),
+            bottom,
+            max_pieces,
+            options: PieceOptions {
+                page_size: 256,
+                ..PieceOptions::default()
+            },
+        }
+    }
+
+    fn merge(&mut self, ops: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> MergeStats {
+        let delta: Vec<DeltaEntry> = ops
+            .iter()
+            .map(|(k, v)| {
+                self.seq += 1;
+                DeltaEntry {
+                    key: Bytes::from(k.clone()),
+                    value: v.clone().map(Bytes::from),
+                    seq: self.seq,
+                    h: key_hash(k),
+                }
+            })
+            .collect();
+        let ctx = MergeContext {
+            fs: &self.fs,
+            dir: &self.dir,
+            read_mode: ReadMode::Pread,
+            piece_options: &self.options,
+            sig_bits: 8,
+            level: 1,
+            partition: 0,
+            bottom: self.bottom,
+            max_pieces: self.max_pieces,
+            min_live_ratio: 0.2,
+            new_number: self.next_number,
+        };
+        self.next_number += 1;
+        let outcome = merge(&ctx, self.tph.as_deref(), delta).unwrap();
+        for (k, v) in ops {
+            self.model.insert(k.clone(), v.clone());
+        }
+        match outcome {
+            MergeOutcome::Unchanged => {
+                assert!(ops.is_empty());
+                MergeStats::default()
+            }
+            MergeOutcome::Emptied { obsolete, stats } => {
+                obsolete.iter().for_each(|p| p.mark_obsolete());
+                self.tph = None;
+                stats
+            }
+            MergeOutcome::Replaced {
+                tph,
+                obsolete,
+                stats,
+            } => {
+                obsolete.iter().for_each(|p| p.mark_obsolete());
+                assert!(tph.piece_count() <= self.max_pieces);
+                self.tph = Some(Arc::new(tph));
+                stats
+            }
+        }
+    }
+
+    fn check(&self) {
+        let Some(tph) = &self.tph else {
+            for v in self.model.values() {
+                assert!(v.is_none() && self.bottom, "a value was lost");
+            }
+            return;
+        };
+        self.check_tph(tph);
+        // Reopening from the head piece gives the same TPH.
+        let mut open = HashMap::new();
+        let again = Arc::new(
+            Tph::open(
+                &self.fs,
+                &self.dir,
+                tph.head_number(),
+                ReadMode::Pread,
+                &mut open,
+            )
+            .unwrap(),
+        );
+        assert_eq!(again.piece_numbers(), tph.piece_numbers());
+        self.check_tph(&again);
+    }
+
+    fn check_tph(&self, tph: &Arc<Tph>) {
+        for (k, v) in &self.model {
+            let got = tph.get(k, key_hash(k)).unwrap();
+            match v {
+                Some(v) => assert_eq!(
+                    got.and_then(|e| e.value).as_deref(),
+                    Some(&v[..]),
+                    "key {k:?}"
+                ),
+                None if self.bottom => assert!(got.is_none_or(|e| e.value.is_none())),
+                None => assert!(
+                    got.is_some_and(|e| e.value.is_none()),
+                    "tombstone of {k:?} lost"
+                ),
+            }
+        }
+        for absent in [b"absent".to_vec(), vec![0xff; 3], vec![]] {
+            if !self.model.contains_key(&absent) {
+                assert!(tph.get(&absent, key_hash(&absent)).unwrap().is_none());
+            }
+        }
+        let live = tph.live_entries().unwrap();
+        let expect: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
+            .model
+            .iter()
+            .filter(|(k, v)| v.is_some() || live.iter().any(|e| e.key == k[..]))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = live
+            .iter()
+            .map(|e| (e.key.to_vec(), e.value.as_ref().map(|v| v.to_vec())))
+            .collect();
+        assert_eq!(got, expect);
+        if !self.bottom {
+            assert_eq!(
+                live.len(),
+                self.model.len(),
+                "non-bottom TPHs keep every tombstone"
+            );
+        }
+        let mut c = TphCursor::new(tph).unwrap();
+        c.seek_to_first().unwrap();
+        for (k, v) in &got {
+            assert_eq!(c.key(), &k[..]);
+            assert_eq!(c.value().map(|v| v.to_vec()), *v);
+            c.next().unwrap();
+        }
+        assert!(!c.valid());
+        c.seek_to_last().unwrap();
+        for (k, _) in got.iter().rev() {
+            assert_eq!(c.key(), &k[..]);
+            c.prev().unwrap();
+        }
+        assert!(!c.valid());
+    }
+
+    /// Files on disk are exactly those the current TPH reads.
+    fn check_files(&self) {
+        let on_disk: Vec<String> = self.mem.list(&self.dir).unwrap();
+        let mut want: Vec<String> = match &self.tph {
+            Some(t) => t.files().map(|p| piece_file_name(p.number())).collect(),
+            None => Vec::new(),
+        };
+        want.sort();
+        assert_eq!(on_disk, want);
+    }
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+fn ops_strategy() -> impl Strategy<Value = Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>>> {
+    let op = (
+        0u32..300,
+        prop::option::weighted(0.8, prop::collection::vec(any::<u8>(), 0..40)),
+    );
+    let batch = prop::collection::vec(op, 0..80)
+        .prop_map(|v| v.into_iter().map(|(k, val)| (key(k), val)).collect());
+    prop::collection::vec(batch, 1..14)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn merges_match_a_model(
+        batches in ops_strategy(),
+        bottom in any::<bool>(),
+        max_pieces in prop_oneof![Just(1usize), Just(2), Just(4), Just(16)],
+    ) {
+        let mut h = Harness::new(bottom, max_pieces);
+        for b in &batches {
+            h.merge(b);
+            h.check();
+            h.check_files();
+        }
+    }
+}
+
+/// With key hashes narrowed to 6 bits, nearly every key shares its hash with
+/// others: piece overflow slots, TPH exceptions and repeated hashes in the
+/// perfect hash are all exercised.
+#[test]
+fn colliding_hashes_stay_exact() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    pool.broadcast(|_| set_hash_bits(6));
+    set_hash_bits(6);
+    pool.install(|| {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for (bottom, max_pieces) in [(false, 4), (true, 2), (true, 16)] {
+            let mut h = Harness::new(bottom, max_pieces);
+            for round in 0..12 {
+                let mut ops = BTreeMap::new();
+                for _ in 0..rng.usize(1..60) {
+                    let v = (rng.u8(..5) != 0).then(|| vec![round as u8; rng.usize(0..10)]);
+                    ops.insert(key(rng.u32(0..200)), v);
+                }
+                h.merge(&ops);
+                h.check();
+                h.check_files();
+            }
+            let tph = h.tph.as_ref().unwrap();
+            assert!(
+                !tph.index.exceptions.is_empty(),
+                "the test must create exceptions"
+            );
+        }
+    });
+    pool.broadcast(|_| set_hash_bits(64));
+    set_hash_bits(64);
+}
+
+#[test]
+fn insert_only_merges_keep_old_pieces_and_write_only_the_delta() {
+    let mut h = Harness::new(true, 16);
+    let first: BTreeMap<_, _> = (0..1000).map(|i| (key(i), Some(vec![1u8; 100]))).collect();
+    let s1 = h.merge(&first);
+    let second: BTreeMap<_, _> = (1000..1100)
+        .map(|i| (key(i), Some(vec![2u8; 100])))
+        .collect();
+    let s2 = h.merge(&second);
+    h.check();
+    // The second merge writes its 100 entries, not the first 1000 again.
+    assert_eq!(s2.entries_written, 100);
+    assert!(s2.bytes_written * 5 < s1.bytes_written, "{s1:?} {s2:?}");
+    assert_eq!(h.tph.as_ref().unwrap().piece_count(), 2);
+}
+
+#[test]
+fn overwriting_every_key_of_a_piece_drops_it() {
+    let mut h = Harness::new(true, 16);
+    let a: BTreeMap<_, _> = (0..100).map(|i| (key(i), Some(b"a".to_vec()))).collect();
+    let b: BTreeMap<_, _> = (100..200).map(|i| (key(i), Some(b"b".to_vec()))).collect();
+    h.merge(&a);
+    h.merge(&b);
+    let first_piece = h.tph.as_ref().unwrap().piece_numbers()[0];
+    let a2: BTreeMap<_, _> = (0..100).map(|i| (key(i), Some(b"c".to_vec()))).collect();
+    let s = h.merge(&a2);
+    assert_eq!(s.pieces_dropped, 1);
+    assert!(!h
+        .tph
+        .as_ref()
+        .unwrap()
+        .piece_numbers()
+        .contains(&first_piece));
+    h.check();
+    h.check_files();
+}
+
+#[test]
+fn bottom_tombstones_disappear_once_nothing_older_remains() {
+    let mut h = Harness::new(true, 16);
+    let a: BTreeMap<_, _> = (0..50).map(|i| (key(i), Some(b"a".to_vec()))).collect();
+    h.merge(&a);
+    // Deleting keys that exist keeps tombstones while the old piece lives.
+    let del: BTreeMap<_, _> = (0..10).map(|i| (key(i), None)).collect();
+    h.merge(&del);
+    assert_eq!(h.tph.as_ref().unwrap().live_count(), 50);
+    // Deleting keys never written drops the tombstones at once.
+    let ghost: BTreeMap<_, _> = (500..510).map(|i| (key(i), None)).collect();
+    let s = h.merge(&ghost);
+    assert_eq!(s.tombstones_dropped, 10);
+    // Deleting everything: the old pieces die and the TPH empties.
+    let all: BTreeMap<_, _> = (0..50).map(|i| (key(i), None)).collect();
+    h.merge(&all);
+    h.check();
+    h.check_files();
+    assert!(h.tph.is_none(), "{:?}", h.tph);
+}
+
+#[test]
+fn single_tier_rewrites_everything_into_one_piece() {
+    let mut h = Harness::new(true, 1);
+    for round in 0..5u32 {
+        let ops: BTreeMap<_, _> = (round * 10..round * 10 + 30)
+            .map(|i| (key(i), Some(vec![round as u8])))
+            .collect();
+        h.merge(&ops);
+        assert_eq!(h.tph.as_ref().unwrap().piece_count(), 1);
+        h.check();
+        h.check_files();
+    }
+}
+
+#[test]
+fn a_damaged_head_fails_to_open() {
+    let mut h = Harness::new(false, 4);
+    let a: BTreeMap<_, _> = (0..100).map(|i| (key(i), Some(b"v".to_vec()))).collect();
+    h.merge(&a);
+    let head = h.tph.as_ref().unwrap().head_number();
+    let path: PathBuf = h.dir.join(piece_file_name(head));
+    let good = h.mem.read_file(&path).unwrap();
+    let mut failures = 0;
+    // Flip one byte in each of many positions of the index sections.
+    for i in (good.len() / 2..good.len()).step_by(7) {
+        let mut bad = good.clone();
+        bad[i] ^= 0x41;
+        h.mem.write_file(&path, bad);
+        let mut open = HashMap::new();
+        if Tph::open(&h.fs, Path::new("/db"), head, ReadMode::Pread, &mut open).is_err() {
+            failures += 1;
+        }
+    }
+    assert!(failures > 0);
+    h.mem.write_file(&path, good);
+}
