@@ -40,6 +40,40 @@ pub enum Error {
     /// A perfect hash could not be built within its attempt budget.
     #[error("perfect hash construction failed: {0}")]
     PhfBuild(String),
+    /// The database accepts no writes: it was opened read-only, or a write
+    /// or sync failed (the page cache may have dropped data, so retrying
+    /// could lie); reopen it to recover.
+    #[error("database is read-only: {0}")]
+    ReadOnly(String),
+    /// Another process (or handle) has the database open.
+    #[error("database is in use: {0}")]
+    Busy(String),
+}
+
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Error::Io { context, source } => Error::Io {
+                context: context.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corruption {
+                location,
+                what,
+                expected,
+                found,
+            } => Error::Corruption {
+                location: location.clone(),
+                what: what.clone(),
+                expected: expected.clone(),
+                found: found.clone(),
+            },
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::PhfBuild(m) => Error::PhfBuild(m.clone()),
+            Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
+            Error::Busy(m) => Error::Busy(m.clone()),
+        }
+    }
 }
 
 impl Error {

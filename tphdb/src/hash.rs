@@ -21,29 +21,6 @@ pub fn key_hash(key: &[u8]) -> u64 {
     h
 }
 
-/// Unit tests force 64-bit hash collisions by keeping only a few bits of
-/// the key hash, per thread (set it on rayon's workers too).
-#[cfg(test)]
-pub(crate) mod test_support {
-    use std::cell::Cell;
-
-    thread_local! {
-        static HASH_BITS: Cell<u32> = const { Cell::new(64) };
-    }
-
-    pub(crate) fn set_hash_bits(bits: u32) {
-        HASH_BITS.set(bits);
-    }
-
-    pub(crate) fn narrow(h: u64) -> u64 {
-        match HASH_BITS.get() {
-            64 => h,
-            // Keep the top bits: they choose segments and hash ranges.
-            bits => h & !(u64::MAX >> bits),
-        }
-    }
-}
-
 /// The second 64-bit hash of a key; `(key_hash, key_hash2)` identifies a
 /// key up to a 2^-128 chance.
 #[inline]
@@ -68,4 +45,27 @@ pub(crate) fn search_key(h: u64) -> u32 {
 #[inline]
 pub(crate) fn partition_of(h: u64, partitions: u64) -> u64 {
     (search_key(h) as u64 * partitions) >> 32
+}
+
+/// Unit tests force 64-bit hash collisions by keeping only a few bits of
+/// the key hash, per thread (set it on rayon's workers too).
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::cell::Cell;
+
+    thread_local! {
+        static HASH_BITS: Cell<u32> = const { Cell::new(64) };
+    }
+
+    pub(crate) fn set_hash_bits(bits: u32) {
+        HASH_BITS.set(bits);
+    }
+
+    pub(crate) fn narrow(h: u64) -> u64 {
+        match HASH_BITS.get() {
+            64 => h,
+            // Keep the top bits: they choose segments and hash ranges.
+            bits => h & !(u64::MAX >> bits),
+        }
+    }
 }

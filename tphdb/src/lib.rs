@@ -5,7 +5,9 @@
 
 mod batch;
 mod cursor;
+mod db;
 mod error;
+mod filename;
 pub mod fs;
 pub mod hash;
 mod log;
@@ -14,6 +16,11 @@ pub mod phf;
 pub mod piece;
 mod tph;
 mod util;
+mod version;
 
 pub use batch::WriteBatch;
+pub use db::{
+    DBIterator, DBRawIterator, DbStats, Direction, IteratorMode, LevelStats, Options, ReadOptions,
+    Snapshot, SyncPolicy, WriteOptions, DB,
+};
 pub use error::{Error, Result};

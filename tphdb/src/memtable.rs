@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -48,7 +48,6 @@ pub(crate) struct MemTable {
     memory: AtomicUsize,
     /// The WAL file holding this memtable's writes (0 when there is none).
     wal_number: u64,
-    largest_seq: AtomicU64,
 }
 
 impl MemTable {
@@ -57,7 +56,6 @@ impl MemTable {
             map: SkipMap::new(),
             memory: AtomicUsize::new(0),
             wal_number,
-            largest_seq: AtomicU64::new(0),
         }
     }
 
@@ -74,19 +72,9 @@ impl MemTable {
         self.map.is_empty()
     }
 
-    /// Number of versions held.
-    pub(crate) fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub(crate) fn largest_seq(&self) -> u64 {
-        self.largest_seq.load(Relaxed)
-    }
-
     pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
         let charge = key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
         self.memory.fetch_add(charge, Relaxed);
-        self.largest_seq.fetch_max(seq, Relaxed);
         self.map.insert(
             InternalKey {
                 key: Bytes::copy_from_slice(key),
@@ -291,7 +279,6 @@ mod tests {
         let newest = m.newest_versions();
         assert_eq!(newest.len(), 2);
         assert_eq!(newest[0].1.seq, 5);
-        assert_eq!(m.largest_seq(), 5);
         assert!(m.memory_bytes() > 0);
     }
 

@@ -51,6 +51,52 @@ impl<F: FileSystem> CountingFs<F> {
     }
 }
 
+impl<F: FileSystem + ?Sized> CountingFs<Arc<F>> {
+    /// Wraps a shared file system.
+    pub fn shared(inner: Arc<F>) -> Self {
+        CountingFs {
+            inner,
+            counts: Arc::new(IoCounts::default()),
+        }
+    }
+}
+
+impl<F: FileSystem + ?Sized> FileSystem for Arc<F> {
+    fn open_read(&self, path: &Path, mode: ReadMode) -> Result<Arc<dyn RandomAccessFile>> {
+        (**self).open_read(path, mode)
+    }
+    fn create(&self, path: &Path) -> Result<Box<dyn WritableFile>> {
+        (**self).create(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        (**self).rename(from, to)
+    }
+    fn remove(&self, path: &Path) -> Result<()> {
+        (**self).remove(path)
+    }
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        (**self).list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        (**self).create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        (**self).sync_dir(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        (**self).exists(path)
+    }
+    fn file_size(&self, path: &Path) -> Result<u64> {
+        (**self).file_size(path)
+    }
+    fn remove_dir(&self, dir: &Path) -> Result<()> {
+        (**self).remove_dir(dir)
+    }
+    fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
+        (**self).lock(path, exclusive)
+    }
+}
+
 impl<F: FileSystem> FileSystem for CountingFs<F> {
     fn open_read(&self, path: &Path, mode: ReadMode) -> Result<Arc<dyn RandomAccessFile>> {
         Ok(Arc::new(CountingFile {
@@ -93,6 +139,14 @@ impl<F: FileSystem> FileSystem for CountingFs<F> {
 
     fn file_size(&self, path: &Path) -> Result<u64> {
         self.inner.file_size(path)
+    }
+
+    fn remove_dir(&self, dir: &Path) -> Result<()> {
+        self.inner.remove_dir(dir)
+    }
+
+    fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
+        self.inner.lock(path, exclusive)
     }
 }
 

@@ -15,6 +15,7 @@ type Files = Arc<Mutex<BTreeMap<PathBuf, Arc<Mutex<Vec<u8>>>>>>;
 #[derive(Clone, Debug, Default)]
 pub struct MemFs {
     files: Files,
+    locks: super::LockTable,
 }
 
 fn not_found(path: &Path) -> Error {
@@ -104,6 +105,14 @@ impl FileSystem for MemFs {
 
     fn file_size(&self, path: &Path) -> Result<u64> {
         Ok(self.get(path)?.lock().expect("memfs lock").len() as u64)
+    }
+
+    fn remove_dir(&self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
+
+    fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
+        self.locks.lock(path, exclusive)
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod aligned;
 mod counting;
+mod lock;
 mod mem;
 mod posix;
 
@@ -20,6 +21,7 @@ use bytes::Bytes;
 use crate::error::Result;
 
 pub use counting::{CountingFs, IoCounts};
+pub use lock::LockTable;
 pub use mem::MemFs;
 pub use posix::PosixFs;
 
@@ -68,7 +70,15 @@ pub trait FileSystem: Send + Sync + Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Size of a file in bytes.
     fn file_size(&self, path: &Path) -> Result<u64>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, dir: &Path) -> Result<()>;
+    /// Locks `path` (created if missing) against other processes: exclusive
+    /// for a writer, shared for readers. Released when the guard drops.
+    fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn FileLock>>;
 }
+
+/// A held file lock.
+pub trait FileLock: Send + Sync + Debug {}
 
 /// An immutable file read at arbitrary offsets; safe to share across threads.
 pub trait RandomAccessFile: Send + Sync + Debug {

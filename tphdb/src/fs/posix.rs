@@ -114,7 +114,48 @@ impl FileSystem for PosixFs {
     fn file_size(&self, path: &Path) -> Result<u64> {
         Ok(fs::metadata(path).map_err(io_err("stat of", path))?.len())
     }
+
+    fn remove_dir(&self, dir: &Path) -> Result<()> {
+        fs::remove_dir(dir).map_err(io_err("removing directory", dir))
+    }
+
+    fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
+        use std::os::unix::io::AsRawFd;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io_err("opening lock file", path))?;
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Err(Error::Busy(format!(
+                    "{} is locked by another process{}",
+                    path.display(),
+                    if exclusive { "" } else { " that writes" }
+                )));
+            }
+            return Err(Error::io(format!("locking {}", path.display()), e));
+        }
+        Ok(Box::new(PosixLock { _file: file }))
+    }
 }
+
+/// An flock held while the file stays open.
+#[derive(Debug)]
+struct PosixLock {
+    _file: File,
+}
+
+impl super::FileLock for PosixLock {}
 
 fn check_range(offset: u64, len: usize, file_len: u64) -> Result<()> {
     match offset.checked_add(len as u64) {

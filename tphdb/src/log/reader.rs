@@ -49,11 +49,6 @@ impl LogReader {
         self.tail.as_ref()
     }
 
-    /// Offset just past the last complete record returned.
-    pub(crate) fn valid_len(&self) -> u64 {
-        self.tail.as_ref().map_or(self.len, |t| t.offset)
-    }
-
     fn stop(&mut self, reason: impl Into<String>) -> Result<Option<Vec<u8>>> {
         self.tail = Some(TailDrop {
             offset: self.record_start,

@@ -168,11 +168,21 @@ impl PieceReader {
 
     /// [`PieceReader::get`] with the key's hash already computed.
     pub fn get_hashed(&self, key: &[u8], hash: u64) -> Result<Option<Entry>> {
+        self.get_counted(key, hash, &mut ReadCount::default())
+    }
+
+    /// [`PieceReader::get_hashed`], adding its reads to `count`.
+    pub(crate) fn get_counted(
+        &self,
+        key: &[u8],
+        hash: u64,
+        count: &mut ReadCount,
+    ) -> Result<Option<Entry>> {
         if self.phf.is_empty() {
             return Ok(None);
         }
         let slot = self.phf.slot(hash) as u64;
-        if let Some(e) = self.entry_at(slot)? {
+        if let Some(e) = self.entry_counted(slot, count)? {
             if e.key == key {
                 return Ok(Some(e));
             }
@@ -183,7 +193,7 @@ impl PieceReader {
                 if h != hash {
                     break;
                 }
-                if let Some(e) = self.entry_at(s as u64)? {
+                if let Some(e) = self.entry_counted(s as u64, count)? {
                     if e.key == key {
                         return Ok(Some(e));
                     }
@@ -218,10 +228,13 @@ impl PieceReader {
         self.decode_block(b, bytes)
     }
 
-    /// The entry in `slot`, if any: one read.
-    pub(crate) fn entry_at(&self, slot: u64) -> Result<Option<Entry>> {
+    /// The entry in `slot`, if any: one read, added to `count`.
+    fn entry_counted(&self, slot: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
         let k = self.props.slots_per_block as u64;
-        self.read_block(slot / k)?
+        let b = slot / k;
+        count.reads += 1;
+        count.bytes += self.blocks.block(b).1 as u64;
+        self.read_block(b)?
             .entry((slot % k) as usize)
             .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
     }
@@ -312,6 +325,13 @@ impl PieceReader {
     pub fn sorted_cursor(&self) -> Result<SortedCursor<&PieceReader>> {
         SortedCursor::new(self)
     }
+}
+
+/// Reads done by lookups, for statistics.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ReadCount {
+    pub(crate) reads: u64,
+    pub(crate) bytes: u64,
 }
 
 /// `(key_hash, key_hash2)` of every entry of a piece, ascending.

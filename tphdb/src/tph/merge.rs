@@ -74,7 +74,7 @@ pub(crate) enum MergeOutcome {
     },
     /// The new TPH, and the files the old one had that it does not.
     Replaced {
-        tph: Tph,
+        tph: Box<Tph>,
         obsolete: Vec<Arc<PieceFile>>,
         stats: MergeStats,
     },
@@ -297,13 +297,10 @@ pub(crate) fn merge(
         .map(|i| base_pieces[i].clone())
         .collect();
     if let Some(b) = &base {
-        if !remaining
-            .iter()
-            .any(|&i| base_pieces[i].number() == b.tph.head.number())
-        {
-            if !obsolete.iter().any(|p| p.number() == b.tph.head.number()) {
-                obsolete.push(b.tph.head.clone());
-            }
+        let head = b.tph.head.number();
+        let head_kept = remaining.iter().any(|&i| base_pieces[i].number() == head);
+        if !head_kept && !obsolete.iter().any(|p| p.number() == head) {
+            obsolete.push(b.tph.head.clone());
         }
     }
     if live.is_empty() {
@@ -378,7 +375,7 @@ pub(crate) fn merge(
         index,
     };
     Ok(MergeOutcome::Replaced {
-        tph,
+        tph: Box::new(tph),
         obsolete,
         stats,
     })

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::fs::{FileSystem, ReadMode};
 use crate::hash::key_hash;
 use crate::phf::Phf;
-use crate::piece::{Entry, PieceReader};
+use crate::piece::{Entry, PieceReader, ReadCount};
 
 /// File name of piece `number`.
 pub(crate) fn piece_file_name(number: u64) -> String {
@@ -243,17 +243,7 @@ impl Tph {
             .sum()
     }
 
-    /// In-memory index bytes: the global index and every piece's local one.
-    pub(crate) fn index_memory_bytes(&self) -> usize {
-        self.index.memory_bytes()
-            + self
-                .pieces
-                .iter()
-                .map(|p| p.index_memory_bytes())
-                .sum::<usize>()
-    }
-
-    /// `(global, local)` parts of [`Tph::index_memory_bytes`].
+    /// In-memory index bytes: `(global index, every piece's local index)`.
     pub(crate) fn index_memory_parts(&self) -> (usize, usize) {
         (
             self.index.memory_bytes(),
@@ -261,11 +251,17 @@ impl Tph {
         )
     }
 
-    /// The newest version of `key` in this TPH (a tombstone has no value).
-    /// At most one block read; none when the signature rules the key out.
-    pub(crate) fn get(&self, key: &[u8], h: u64) -> Result<Option<Entry>> {
+    /// The newest version of `key` in this TPH (a tombstone has no value),
+    /// adding the block reads it made to `count`: one read, or none when
+    /// the signature rules the key out.
+    pub(crate) fn get_counted(
+        &self,
+        key: &[u8],
+        h: u64,
+        count: &mut ReadCount,
+    ) -> Result<Option<Entry>> {
         match self.index.route(key, h) {
-            Some(p) => self.pieces[p].get_hashed(key, h),
+            Some(p) => self.pieces[p].get_counted(key, h, count),
             None => Ok(None),
         }
     }

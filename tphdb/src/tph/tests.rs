@@ -95,7 +95,7 @@ impl Harness {
             } => {
                 obsolete.iter().for_each(|p| p.mark_obsolete());
                 assert!(tph.piece_count() <= self.max_pieces);
-                self.tph = Some(Arc::new(tph));
+                self.tph = Some(Arc::from(tph));
                 stats
             }
         }
@@ -127,7 +127,9 @@ impl Harness {
 
     fn check_tph(&self, tph: &Arc<Tph>) {
         for (k, v) in &self.model {
-            let got = tph.get(k, key_hash(k)).unwrap();
+            let got = tph
+                .get_counted(k, key_hash(k), &mut Default::default())
+                .unwrap();
             match v {
                 Some(v) => assert_eq!(
                     got.and_then(|e| e.value).as_deref(),
@@ -143,7 +145,10 @@ impl Harness {
         }
         for absent in [b"absent".to_vec(), vec![0xff; 3], vec![]] {
             if !self.model.contains_key(&absent) {
-                assert!(tph.get(&absent, key_hash(&absent)).unwrap().is_none());
+                assert!(tph
+                    .get_counted(&absent, key_hash(&absent), &mut Default::default())
+                    .unwrap()
+                    .is_none());
             }
         }
         let live = tph.live_entries().unwrap();

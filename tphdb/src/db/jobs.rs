@@ -1,0 +1,481 @@
+//! Background jobs: flushes and compactions, and their scheduling.
+//!
+//! Jobs run on a fixed-size thread pool. A job owns the TPHs it rewrites
+//! (marked busy): a flush in one-level mode and a level-0 compaction own all
+//! of level 1; pushing TPH `(i, p)` down owns it and its `fanout` children.
+//! Jobs on disjoint subtrees run in parallel, and within a job the merges
+//! into different children run in parallel too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::{Inner, State};
+use crate::error::{Error, Result};
+use crate::filename::{parse, path, wal_name, FileKind};
+use crate::hash::{key_hash, partition_of};
+use crate::memtable::MemTable;
+use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, PieceFile, Tph};
+use crate::version::{Version, VersionEdit};
+
+/// Work for the background pool.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// Write these frozen memtables (oldest first) out.
+    Flush(Vec<Arc<MemTable>>),
+    /// Merge these level-0 TPHs into level 1.
+    L0ToL1(Vec<u64>),
+    /// Move TPH `(level, partition)` into its children.
+    PushDown(u32, u64),
+    /// Fold every piece of a bottom TPH into one (manual compaction).
+    Gc(u32, u64),
+}
+
+/// What a job changes, before it is applied.
+#[derive(Default)]
+struct Change {
+    edit: VersionEdit,
+    new_tphs: HashMap<u64, Arc<Tph>>,
+    obsolete: Vec<Arc<PieceFile>>,
+    stats: MergeStats,
+}
+
+impl Change {
+    /// Records the outcome of merging into `(level, partition)`.
+    fn add(&mut self, level: u32, partition: u64, outcome: MergeOutcome) {
+        let (obsolete, stats) = match outcome {
+            MergeOutcome::Unchanged => return,
+            MergeOutcome::Emptied { obsolete, stats } => {
+                self.edit.remove.push((level, partition));
+                (obsolete, stats)
+            }
+            MergeOutcome::Replaced {
+                tph,
+                obsolete,
+                stats,
+            } => {
+                self.edit.set.push((level, partition, tph.head_number()));
+                self.new_tphs.insert(tph.head_number(), Arc::from(tph));
+                (obsolete, stats)
+            }
+        };
+        self.obsolete.extend(obsolete);
+        let s = &mut self.stats;
+        s.bytes_written += stats.bytes_written;
+        s.bytes_read += stats.bytes_read;
+        s.entries_written += stats.entries_written;
+        s.pieces_folded += stats.pieces_folded;
+        s.pieces_dropped += stats.pieces_dropped;
+        s.tombstones_dropped += stats.tombstones_dropped;
+    }
+
+    /// Every file of a TPH that leaves the version.
+    fn retire(&mut self, tph: &Tph) {
+        self.obsolete.extend(tph.files().cloned());
+    }
+}
+
+/// The newest version of each key across `lists` (each sorted by key),
+/// where `lists[0]` is the newest.
+fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
+    if lists.len() == 1 {
+        return lists.into_iter().next().expect("one list");
+    }
+    let mut all: Vec<(usize, DeltaEntry)> = lists
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.into_iter().map(move |e| (i, e)))
+        .collect();
+    all.par_sort_unstable_by(|a, b| a.1.key.cmp(&b.1.key).then(a.0.cmp(&b.0)));
+    all.dedup_by(|later, first| later.1.key == first.1.key);
+    all.into_iter().map(|(_, e)| e).collect()
+}
+
+fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
+    mem.newest_versions()
+        .into_iter()
+        .map(|(key, v)| DeltaEntry {
+            h: key_hash(&key),
+            key,
+            value: v.value,
+            seq: v.seq,
+        })
+        .collect()
+}
+
+/// Splits a sorted delta by partition of a level with `partitions` TPHs.
+fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
+    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = BTreeMap::new();
+    for e in delta {
+        parts
+            .entry(partition_of(e.h, partitions))
+            .or_default()
+            .push(e);
+    }
+    parts
+}
+
+impl Inner {
+    /// Starts every job that can run now.
+    pub(crate) fn maybe_schedule(self: &Arc<Self>, st: &mut State) {
+        if self.read_only
+            || st.bg_error.is_some()
+            || st.manual
+            || self.shutting_down.load(Ordering::Acquire)
+        {
+            return;
+        }
+        if let Err(e) = self.maybe_deepen(st) {
+            self.poison(st, &e);
+            return;
+        }
+        while let Some(job) = self.pick(st) {
+            st.running_jobs += 1;
+            let inner = self.clone();
+            self.pool.spawn(move || inner.run_job(job));
+        }
+    }
+
+    /// Whether some job owns a TPH of level 1 (a one-level flush owns all of
+    /// it, marked as partition `u64::MAX`).
+    fn level1_busy(st: &State) -> bool {
+        st.l0_compacting || st.busy.iter().any(|k| k.0 == 1)
+    }
+
+    fn pick(&self, st: &mut State) -> Option<Job> {
+        let opts = &self.opts;
+        let v = st.current().clone();
+        let flush_blocked = opts.one_level && Self::level1_busy(st);
+        if !st.flushing && !st.imms.is_empty() && !flush_blocked {
+            st.flushing = true;
+            if opts.one_level {
+                st.busy.insert((1, u64::MAX));
+            }
+            return Some(Job::Flush(st.imms.iter().cloned().collect()));
+        }
+        if !opts.one_level && v.l0.len() >= opts.l0_compaction_trigger && !Self::level1_busy(st) {
+            st.l0_compacting = true;
+            return Some(Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()));
+        }
+        for level in 1..v.depth {
+            if level == 1 && (st.l0_compacting || st.busy.contains(&(1, u64::MAX))) {
+                continue;
+            }
+            let f = v.layout.fanout;
+            for (&p, tph) in &v.levels[level as usize - 1] {
+                let children = (p * f..p * f + f).map(|c| (level + 1, c));
+                if tph.live_data_bytes() > opts.tph_target_bytes
+                    && !st.busy.contains(&(level, p))
+                    && children.clone().all(|c| !st.busy.contains(&c))
+                {
+                    st.busy.insert((level, p));
+                    st.busy.extend(children);
+                    return Some(Job::PushDown(level, p));
+                }
+            }
+        }
+        None
+    }
+
+    /// Opens a level below the bottom once the bottom's TPHs average
+    /// `fanout` times the target size.
+    fn maybe_deepen(&self, st: &mut State) -> Result<()> {
+        let opts = &self.opts;
+        let Some(vs) = st.versions.as_mut() else {
+            return Ok(());
+        };
+        let v = vs.current.clone();
+        if opts.one_level || v.depth >= opts.max_levels {
+            return Ok(());
+        }
+        let bottom: u64 = v.levels[v.depth as usize - 1]
+            .values()
+            .map(|t| t.live_data_bytes())
+            .sum();
+        let limit = v
+            .partitions(v.depth)
+            .saturating_mul(opts.tph_target_bytes)
+            .saturating_mul(v.layout.fanout);
+        if bottom <= limit {
+            return Ok(());
+        }
+        let edit = VersionEdit {
+            depth: Some(v.depth + 1),
+            ..VersionEdit::default()
+        };
+        vs.log_and_apply(edit, &HashMap::new())?;
+        self.install_super_version(st);
+        Ok(())
+    }
+
+    fn run_job(self: Arc<Self>, job: Job) {
+        let start = Instant::now();
+        let result = self.execute(&job);
+        let mut st = self.state.lock();
+        if let Err(e) = &result {
+            self.poison(&mut st, e);
+        }
+        match &job {
+            Job::Flush(_) => {
+                st.flushing = false;
+                st.busy.remove(&(1, u64::MAX));
+            }
+            Job::L0ToL1(_) => st.l0_compacting = false,
+            Job::PushDown(level, p) => {
+                let f = self.opts.fanout as u64;
+                st.busy.remove(&(*level, *p));
+                for c in p * f..p * f + f {
+                    st.busy.remove(&(level + 1, c));
+                }
+            }
+            Job::Gc(..) => {}
+        }
+        let micros = start.elapsed().as_micros() as u64;
+        match &job {
+            Job::Flush(_) => self.stats.flush_micros.fetch_add(micros, Ordering::Relaxed),
+            _ => self
+                .stats
+                .compaction_micros
+                .fetch_add(micros, Ordering::Relaxed),
+        };
+        st.running_jobs -= 1;
+        self.maybe_schedule(&mut st);
+        drop(st);
+        self.bg_cv.notify_all();
+    }
+
+    /// Does a job's work and applies its result.
+    pub(crate) fn execute(&self, job: &Job) -> Result<()> {
+        let version = self.state.lock().current().clone();
+        let mut change = Change::default();
+        let mut flushed: &[Arc<MemTable>] = &[];
+        match job {
+            Job::Flush(mems) => {
+                flushed = mems;
+                let delta = newest_first(mems.iter().rev().map(|m| memtable_delta(m)).collect());
+                if self.opts.one_level {
+                    self.merge_into_level(&version, 1, delta, &mut change)?;
+                } else if !delta.is_empty() {
+                    let number = self.new_file_number()?;
+                    let outcome = merge(&self.merge_context(0, 0, false, number), None, delta)?;
+                    if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
+                        change.edit.add_l0.push(tph.head_number());
+                        change.new_tphs.insert(tph.head_number(), Arc::from(tph));
+                        change.stats.bytes_written += stats.bytes_written;
+                        change.stats.entries_written += stats.entries_written;
+                    }
+                }
+            }
+            Job::L0ToL1(heads) => {
+                let inputs: Vec<Arc<Tph>> = version
+                    .l0
+                    .iter()
+                    .filter(|t| heads.contains(&t.head_number()))
+                    .cloned()
+                    .collect();
+                let lists = inputs
+                    .iter()
+                    .map(|t| t.live_entries())
+                    .collect::<Result<Vec<_>>>()?;
+                change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
+                self.merge_into_level(&version, 1, newest_first(lists), &mut change)?;
+                for t in &inputs {
+                    change.edit.remove_l0.push(t.head_number());
+                    change.retire(t);
+                }
+            }
+            Job::PushDown(level, p) => {
+                let tph = version.tph(*level, *p).cloned().ok_or_else(|| {
+                    Error::InvalidArgument(format!("no TPH at level {level} partition {p}"))
+                })?;
+                change.stats.bytes_read += tph.file_bytes();
+                self.merge_into_level(&version, level + 1, tph.live_entries()?, &mut change)?;
+                change.edit.remove.push((*level, *p));
+                change.retire(&tph);
+            }
+            Job::Gc(level, p) => {
+                if let Some(base) = version.tph(*level, *p) {
+                    let number = self.new_file_number()?;
+                    let mut ctx = self.merge_context(*level, *p, *level == version.depth, number);
+                    ctx.max_pieces = 1;
+                    change.add(*level, *p, merge(&ctx, Some(base), Vec::new())?);
+                }
+            }
+        }
+        let is_flush = matches!(job, Job::Flush(_));
+        self.stats.record_job(is_flush, &change.stats);
+        self.apply(change, flushed)
+    }
+
+    fn new_file_number(&self) -> Result<u64> {
+        let mut st = self.state.lock();
+        match st.versions.as_mut() {
+            Some(vs) => Ok(vs.new_file_number()),
+            None => Err(Error::ReadOnly("opened with open_for_read_only".into())),
+        }
+    }
+
+    fn merge_context(
+        &self,
+        level: u32,
+        partition: u64,
+        bottom: bool,
+        number: u64,
+    ) -> MergeContext<'_> {
+        MergeContext {
+            fs: &self.fs,
+            dir: &self.dir,
+            read_mode: self.opts.read_mode,
+            piece_options: &self.piece_options,
+            sig_bits: self.opts.signature_bits,
+            level,
+            partition,
+            bottom,
+            max_pieces: self.opts.effective_max_pieces(),
+            min_live_ratio: self.opts.min_live_ratio,
+            new_number: number,
+        }
+    }
+
+    /// Merges `delta` into the TPHs of `level` it touches, in parallel.
+    fn merge_into_level(
+        &self,
+        version: &Version,
+        level: u32,
+        delta: Vec<DeltaEntry>,
+        change: &mut Change,
+    ) -> Result<()> {
+        let parts = split(delta, version.partitions(level));
+        let numbers: Vec<u64> = parts
+            .keys()
+            .map(|_| self.new_file_number())
+            .collect::<Result<_>>()?;
+        let bottom = level == version.depth;
+        let outcomes: Vec<(u64, MergeOutcome)> = parts
+            .into_iter()
+            .zip(numbers)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|((p, d), number)| {
+                let ctx = self.merge_context(level, p, bottom, number);
+                Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
+            })
+            .collect::<Result<_>>()?;
+        for (p, o) in outcomes {
+            change.add(level, p, o);
+        }
+        Ok(())
+    }
+
+    /// Makes a job's result durable and current; retires what it replaced.
+    fn apply(&self, mut change: Change, flushed: &[Arc<MemTable>]) -> Result<()> {
+        let mut st = self.state.lock();
+        let discard = |change: &Change| {
+            for t in change.new_tphs.values() {
+                for f in t.files() {
+                    if f.number() == t.head_number() {
+                        f.mark_obsolete();
+                    }
+                }
+            }
+        };
+        if let Some(e) = &st.bg_error {
+            discard(&change);
+            return Err(Error::ReadOnly(e.clone()));
+        }
+        if !flushed.is_empty() {
+            let remaining = st
+                .imms
+                .iter()
+                .filter(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)))
+                .map(|m| m.wal_number());
+            change.edit.log_number =
+                Some(remaining.chain([st.mem.wal_number()]).min().unwrap_or(0));
+        }
+        let visible = self.visible_seq.load(Ordering::Acquire);
+        let vs = st
+            .versions
+            .as_mut()
+            .expect("jobs run only on writable databases");
+        vs.last_seq = vs.last_seq.max(visible);
+        let edit = std::mem::take(&mut change.edit);
+        if let Err(e) = vs.log_and_apply(edit, &change.new_tphs) {
+            discard(&change);
+            self.poison(&mut st, &e);
+            return Err(e);
+        }
+        let log_number = vs.log_number;
+        for f in &change.obsolete {
+            f.mark_obsolete();
+        }
+        if !flushed.is_empty() {
+            st.imms
+                .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
+            self.delete_wals_below(log_number);
+        }
+        self.install_super_version(&st);
+        Ok(())
+    }
+
+    /// Deletes WAL files whose memtables are all flushed.
+    fn delete_wals_below(&self, log_number: u64) {
+        if let Ok(names) = self.fs.list(&self.dir) {
+            for name in names {
+                if let Some(FileKind::Wal(n)) = parse(&name) {
+                    if n < log_number {
+                        let _ = self.fs.remove(&path(&self.dir, &wal_name(n)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Flushes, then pushes everything to the bottom level and folds every
+    /// bottom TPH into one piece, with no other job running.
+    pub(crate) fn compact_all(self: &Arc<Self>) -> Result<()> {
+        self.flush()?;
+        {
+            let mut st = self.state.lock();
+            st.manual = true;
+            while st.running_jobs > 0 {
+                self.bg_cv.wait(&mut st);
+            }
+        }
+        let result = (|| {
+            let v = self.state.lock().current().clone();
+            if !v.l0.is_empty() {
+                self.execute(&Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()))?;
+            }
+            let depth = self.state.lock().current().depth;
+            for level in 1..depth {
+                let parts: Vec<u64> = self.state.lock().current().levels[level as usize - 1]
+                    .keys()
+                    .copied()
+                    .collect();
+                for p in parts {
+                    self.execute(&Job::PushDown(level, p))?;
+                }
+            }
+            let parts: Vec<u64> = self.state.lock().current().levels[depth as usize - 1]
+                .keys()
+                .copied()
+                .collect();
+            for p in parts {
+                self.execute(&Job::Gc(depth, p))?;
+            }
+            Ok(())
+        })();
+        let mut st = self.state.lock();
+        if let Err(e) = &result {
+            self.poison(&mut st, e);
+        }
+        st.manual = false;
+        self.maybe_schedule(&mut st);
+        drop(st);
+        self.bg_cv.notify_all();
+        result
+    }
+}

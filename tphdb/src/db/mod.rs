@@ -1,0 +1,366 @@
+//! The database: the public API and the state behind it.
+//!
+//! Writes go to the WAL and the active memtable (group commit: one leader
+//! writes the batches of all waiting writers). Full memtables are frozen and
+//! flushed by background jobs into level-0 TPHs (or, in one-level mode,
+//! merged straight into level 1); compactions move data down the hash-range
+//! levels. Readers pin a [`SuperVersion`] (memtables plus the set of TPHs)
+//! and never block writers or compactions.
+
+mod iter;
+mod jobs;
+mod open;
+mod options;
+mod read;
+mod stats;
+mod write;
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+pub use iter::{DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
+pub use options::{Options, SyncPolicy, WriteOptions};
+pub use read::Snapshot;
+pub use stats::{DbStats, LevelStats};
+
+use self::stats::Stats;
+use self::write::{WalWriter, WriteQueue};
+use crate::batch::WriteBatch;
+use crate::error::{Error, Result};
+use crate::fs::{FileLock, FileSystem, IoCounts};
+use crate::memtable::MemTable;
+use crate::version::{Version, VersionSet};
+
+/// What a reader pins: the memtables and TPHs at one moment.
+pub(crate) struct SuperVersion {
+    pub(crate) mem: Arc<MemTable>,
+    /// Newest first.
+    pub(crate) imms: Vec<Arc<MemTable>>,
+    pub(crate) version: Arc<Version>,
+}
+
+/// Mutable state, under `Inner::state`.
+pub(crate) struct State {
+    pub(crate) mem: Arc<MemTable>,
+    /// Frozen memtables, oldest first.
+    pub(crate) imms: VecDeque<Arc<MemTable>>,
+    /// `None` for a read-only database.
+    pub(crate) versions: Option<VersionSet>,
+    /// The version of a read-only database.
+    pub(crate) fixed_version: Option<Arc<Version>>,
+    /// `(level, partition)` of TPHs a job is rewriting.
+    pub(crate) busy: HashSet<(u32, u64)>,
+    pub(crate) flushing: bool,
+    pub(crate) l0_compacting: bool,
+    pub(crate) running_jobs: usize,
+    /// Set by `compact_range` so that no job starts while it works.
+    pub(crate) manual: bool,
+    /// Once set, writes fail with [`Error::ReadOnly`].
+    pub(crate) bg_error: Option<String>,
+}
+
+impl State {
+    pub(crate) fn current(&self) -> &Arc<Version> {
+        match &self.versions {
+            Some(v) => &v.current,
+            None => self
+                .fixed_version
+                .as_ref()
+                .expect("a read-only database has a version"),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) fs: Arc<dyn FileSystem>,
+    pub(crate) io: Arc<IoCounts>,
+    pub(crate) opts: Options,
+    pub(crate) piece_options: crate::piece::PieceOptions,
+    pub(crate) read_only: bool,
+    /// Released at shutdown, not when the last `Arc` goes: a job's thread
+    /// may hold one a moment longer.
+    lock: Mutex<Option<Box<dyn FileLock>>>,
+    pub(crate) queue: Mutex<WriteQueue>,
+    /// The WAL; held by a write group's leader for the whole group.
+    pub(crate) wal: Mutex<WalWriter>,
+    pub(crate) state: Mutex<State>,
+    /// Signaled when a job finishes or the state changes.
+    pub(crate) bg_cv: Condvar,
+    pub(crate) sv: ArcSwap<SuperVersion>,
+    /// Largest sequence number visible to readers.
+    pub(crate) visible_seq: AtomicU64,
+    pub(crate) stats: Stats,
+    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) shutting_down: AtomicBool,
+    sync_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Inner {
+    /// Publishes the current memtables and version to readers.
+    pub(crate) fn install_super_version(&self, st: &State) {
+        self.sv.store(Arc::new(SuperVersion {
+            mem: st.mem.clone(),
+            imms: st.imms.iter().rev().cloned().collect(),
+            version: st.current().clone(),
+        }));
+    }
+
+    /// A super-version and the sequence number to read it at, from the
+    /// same moment: nothing in the super-version's TPHs is newer than the
+    /// sequence, and no write up to it lives in a newer memtable. A memtable
+    /// switch or flush in between changes the super-version; then retry.
+    pub(crate) fn read_view(&self) -> (Arc<SuperVersion>, u64) {
+        loop {
+            let sv = self.sv.load_full();
+            let seq = self.visible_seq.load(Ordering::Acquire);
+            if Arc::ptr_eq(&sv, &self.sv.load()) {
+                return (sv, seq);
+            }
+        }
+    }
+
+    /// Stops writes after an error whose effect on disk is unknown.
+    pub(crate) fn poison(&self, st: &mut State, e: &Error) {
+        if st.bg_error.is_none() {
+            st.bg_error = Some(e.to_string());
+        }
+        self.bg_cv.notify_all();
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.shutting_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock();
+            while st.running_jobs > 0 {
+                self.bg_cv.wait(&mut st);
+            }
+        }
+        self.bg_cv.notify_all();
+        if let Some(t) = self.sync_thread.lock().take() {
+            let _ = t.join();
+        }
+        let result = if self.read_only || self.state.lock().bg_error.is_some() {
+            Ok(())
+        } else {
+            self.wal.lock().sync()
+        };
+        self.lock.lock().take();
+        result
+    }
+}
+
+/// An open database. `Send + Sync`: share it between threads with an `Arc`
+/// or by reference; every method takes `&self`.
+pub struct DB {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DB")
+            .field("path", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DB {
+    /// Opens (or creates) the database in `path`.
+    pub fn open(opts: &Options, path: impl AsRef<Path>) -> Result<DB> {
+        Ok(DB {
+            inner: open::open(opts, path.as_ref(), false)?,
+        })
+    }
+
+    /// Opens with default options, creating the database if missing.
+    pub fn open_default(path: impl AsRef<Path>) -> Result<DB> {
+        DB::open(&Options::default(), path)
+    }
+
+    /// Opens an existing database for reading only. Many processes may do
+    /// so at once as long as none has it open for writing. The WAL is
+    /// replayed into memory; nothing in the directory changes.
+    pub fn open_for_read_only(opts: &Options, path: impl AsRef<Path>) -> Result<DB> {
+        Ok(DB {
+            inner: open::open(opts, path.as_ref(), true)?,
+        })
+    }
+
+    /// Deletes the database in `path` and its directory.
+    pub fn destroy(opts: &Options, path: impl AsRef<Path>) -> Result<()> {
+        open::destroy(opts, path.as_ref())
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_opt(key, value, &WriteOptions::default())
+    }
+
+    /// [`DB::put`] with write options.
+    pub fn put_opt(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write_opt(b, opts)
+    }
+
+    /// Removes `key`.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_opt(key, &WriteOptions::default())
+    }
+
+    /// [`DB::delete`] with write options.
+    pub fn delete_opt(&self, key: impl AsRef<[u8]>, opts: &WriteOptions) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write_opt(b, opts)
+    }
+
+    /// Applies a batch atomically.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_opt(batch, &WriteOptions::default())
+    }
+
+    /// [`DB::write`] with write options.
+    pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        self.inner.write(batch, opts)
+    }
+
+    /// The value of `key`, copied.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_pinned(key)?.map(|b| b.to_vec()))
+    }
+
+    /// The value of `key` without a copy: it shares memory with the
+    /// memtable or the block it was read from.
+    pub fn get_pinned(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        let (sv, seq) = self.inner.read_view();
+        self.inner.get(&sv, seq, key.as_ref())
+    }
+
+    /// [`DB::get`] with read options (a snapshot).
+    pub fn get_opt(
+        &self,
+        key: impl AsRef<[u8]>,
+        opts: &ReadOptions<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        match opts.snapshot {
+            Some(s) => s.get(key),
+            None => self.get(key),
+        }
+    }
+
+    /// Values of several keys, read from one consistent view.
+    pub fn multi_get<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Vec<Result<Option<Vec<u8>>>> {
+        let (sv, seq) = self.inner.read_view();
+        keys.into_iter()
+            .map(|k| Ok(self.inner.get(&sv, seq, k.as_ref())?.map(|b| b.to_vec())))
+            .collect()
+    }
+
+    /// A consistent read-only view that later writes do not change.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot::new(self)
+    }
+
+    /// Iterates from `mode`'s position; see [`IteratorMode`].
+    pub fn iterator(&self, mode: IteratorMode<'_>) -> DBIterator<'_> {
+        self.iterator_opt(mode, ReadOptions::default())
+    }
+
+    /// [`DB::iterator`] with read options (snapshot, bounds).
+    pub fn iterator_opt<'a>(
+        &'a self,
+        mode: IteratorMode<'_>,
+        opts: ReadOptions<'a>,
+    ) -> DBIterator<'a> {
+        DBIterator::new(self.raw_iterator_opt(opts), mode)
+    }
+
+    /// Iterates over the keys starting with `prefix`, in order.
+    pub fn prefix_iterator<'a>(&'a self, prefix: impl AsRef<[u8]>) -> DBIterator<'a> {
+        let prefix = prefix.as_ref().to_vec();
+        let opts = ReadOptions {
+            upper_bound: iter::prefix_successor(&prefix),
+            lower_bound: Some(prefix.clone()),
+            ..ReadOptions::default()
+        };
+        DBIterator::new(
+            self.raw_iterator_opt(opts),
+            IteratorMode::From(&prefix, Direction::Forward),
+        )
+    }
+
+    /// A cursor with explicit seeks and steps.
+    pub fn raw_iterator(&self) -> DBRawIterator<'_> {
+        self.raw_iterator_opt(ReadOptions::default())
+    }
+
+    /// [`DB::raw_iterator`] with read options.
+    pub fn raw_iterator_opt<'a>(&'a self, opts: ReadOptions<'a>) -> DBRawIterator<'a> {
+        let (sv, seq) = match opts.snapshot {
+            Some(s) => (s.sv.clone(), s.seq),
+            None => self.inner.read_view(),
+        };
+        DBRawIterator::new(&sv, seq, opts)
+    }
+
+    /// Flushes the memtables to TPHs and waits for it.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+
+    /// Flushes, then compacts everything into the bottom level, folding each
+    /// TPH into one piece. The range is accepted for API compatibility: keys
+    /// are spread over hash ranges, so a key range touches every TPH.
+    pub fn compact_range(&self, _start: Option<&[u8]>, _end: Option<&[u8]>) -> Result<()> {
+        self.inner.compact_all()
+    }
+
+    /// Statistics, typed.
+    pub fn stats(&self) -> DbStats {
+        self.inner.collect_stats()
+    }
+
+    /// A named property: `tphdb.stats` (a report), `tphdb.levelstats`,
+    /// `tphdb.num-files-at-level<N>`, `tphdb.estimate-num-keys`,
+    /// `tphdb.index-memory-bytes`, `tphdb.cur-size-all-mem-tables`.
+    pub fn property_value(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.inner.property(name))
+    }
+
+    /// Waits for background work, syncs the WAL and releases the database.
+    pub fn close(self) -> Result<()> {
+        self.inner.shutdown()
+    }
+}
+
+impl Drop for DB {
+    fn drop(&mut self) {
+        let _ = self.inner.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,308 @@
+//! Opening a database: recovery from the MANIFEST and the WAL.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::{Condvar, Mutex};
+
+use super::stats::Stats;
+use super::write::{WalWriter, WriteQueue};
+use super::{Inner, Options, State, SuperVersion, SyncPolicy};
+use crate::batch::{BatchOp, WriteBatch};
+use crate::error::{Error, Result};
+use crate::filename::{parse, path, wal_name, FileKind, CURRENT, LOCK};
+use crate::fs::{CountingFs, FileSystem, PosixFs, ReadMode};
+use crate::log::{LogReader, LogWriter};
+use crate::memtable::MemTable;
+use crate::piece::PieceOptions;
+use crate::version::{Layout, RecoveredState, Version, VersionSet};
+
+/// What replaying the WAL found.
+#[derive(Debug, Default)]
+pub(crate) struct WalReplay {
+    pub(crate) files: usize,
+    pub(crate) batches: u64,
+    pub(crate) dropped_bytes: u64,
+}
+
+fn replay_wal(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    mem: &MemTable,
+    last_seq: &mut u64,
+    info: &mut WalReplay,
+) -> Result<()> {
+    let name = wal_name(number);
+    let mut reader = LogReader::new(fs.open_read(&path(dir, &name), ReadMode::Pread)?);
+    while let Some(rec) = reader.next_record()? {
+        // A record that passed its checksum but does not decode is damage,
+        // not a torn write: refuse to guess.
+        let (seq, batch) = WriteBatch::decode(&rec).map_err(|e| e.at(&name))?;
+        for (i, op) in batch.ops().enumerate() {
+            let s = seq + i as u64;
+            match op {
+                BatchOp::Put(k, v) => mem.insert(k, s, Some(v)),
+                BatchOp::Delete(k) => mem.insert(k, s, None),
+            }
+        }
+        *last_seq = (*last_seq).max(seq + batch.len() as u64 - 1);
+        info.batches += 1;
+    }
+    if let Some(t) = reader.tail_drop() {
+        info.dropped_bytes += t.dropped_bytes;
+    }
+    info.files += 1;
+    Ok(())
+}
+
+pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<Inner>> {
+    opts.validate()?;
+    let started = Instant::now();
+    let base: Arc<dyn FileSystem> = opts
+        .file_system
+        .clone()
+        .unwrap_or_else(|| Arc::new(PosixFs));
+    let counting = CountingFs::shared(base);
+    let io = counting.counts().clone();
+    let fs: Arc<dyn FileSystem> = Arc::new(counting);
+    if read_only {
+        if !fs.exists(&path(dir, CURRENT)) {
+            return Err(Error::InvalidArgument(format!(
+                "no database in {}",
+                dir.display()
+            )));
+        }
+    } else {
+        fs.create_dir_all(dir)?;
+    }
+    let lock = fs.lock(&path(dir, LOCK), !read_only)?;
+
+    let exists = fs.exists(&path(dir, CURRENT));
+    let mut opts = opts.clone();
+    let (state, version) = if exists {
+        if opts.error_if_exists {
+            return Err(Error::InvalidArgument(format!(
+                "a database exists in {}",
+                dir.display()
+            )));
+        }
+        let state = VersionSet::read_state(fs.as_ref(), dir)?;
+        let version = VersionSet::open_version(&fs, dir, &state, opts.read_mode)?;
+        (state, version)
+    } else {
+        if !opts.create_if_missing {
+            return Err(Error::InvalidArgument(format!(
+                "no database in {}",
+                dir.display()
+            )));
+        }
+        let layout = Layout {
+            fanout: opts.fanout as u64,
+            one_level: opts.one_level,
+        };
+        let state = RecoveredState {
+            layout: Some(layout),
+            depth: 1,
+            next_file: 2,
+            ..RecoveredState::default()
+        };
+        (state, Version::empty(layout))
+    };
+    // The layout is fixed when the database is created.
+    opts.fanout = version.layout.fanout as u32;
+    opts.one_level = version.layout.one_level;
+
+    let names = fs.list(dir)?;
+    let files: Vec<FileKind> = names.iter().filter_map(|n| parse(n)).collect();
+    let max_number = files
+        .iter()
+        .filter_map(|k| match k {
+            FileKind::Wal(n) | FileKind::Piece(n) | FileKind::Manifest(n) => Some(*n),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut wals: Vec<u64> = files
+        .iter()
+        .filter_map(|k| match k {
+            FileKind::Wal(n) if *n >= state.log_number => Some(*n),
+            _ => None,
+        })
+        .collect();
+    wals.sort_unstable();
+    let recovered = MemTable::new(wals.last().copied().unwrap_or(0));
+    let mut last_seq = state.last_seq;
+    let mut replay = WalReplay::default();
+    for &n in &wals {
+        replay_wal(fs.as_ref(), dir, n, &recovered, &mut last_seq, &mut replay)?;
+    }
+
+    let (mem, imms, versions, fixed_version, wal) = if read_only {
+        let mem = Arc::new(recovered);
+        let wal = WalWriter {
+            log: None,
+            number: 0,
+            mem: mem.clone(),
+            last_seq,
+        };
+        (mem, VecDeque::new(), None, Some(Arc::new(version)), wal)
+    } else {
+        let next_file = state.next_file.max(max_number + 1).max(2);
+        let mut vs = VersionSet::start(
+            fs.clone(),
+            dir,
+            version,
+            next_file,
+            state.log_number,
+            last_seq,
+            opts.manifest_max_bytes,
+        )?;
+        let number = vs.new_file_number();
+        let file = fs.create(&path(dir, &wal_name(number)))?;
+        fs.sync_dir(dir)?;
+        let mem = Arc::new(MemTable::new(number));
+        let mut imms = VecDeque::new();
+        if !recovered.is_empty() {
+            imms.push_back(Arc::new(recovered));
+        }
+        remove_obsolete_files(
+            fs.as_ref(),
+            dir,
+            &names,
+            &vs,
+            imms.is_empty().then_some(number),
+        );
+        let wal = WalWriter {
+            log: Some(LogWriter::new(file, 0)),
+            number,
+            mem: mem.clone(),
+            last_seq,
+        };
+        (mem, imms, Some(vs), None, wal)
+    };
+
+    let piece_options = PieceOptions {
+        phf_kind: opts.phf_kind,
+        phf: crate::phf::PhfConfig {
+            table_factor: opts.phf_table_factor,
+            ..crate::phf::PhfConfig::default()
+        },
+        page_size: opts.page_size,
+        compression: opts.compression,
+        ..PieceOptions::default()
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.background_threads)
+        .thread_name(|i| format!("tphdb-bg-{i}"))
+        .build()
+        .map_err(|e| Error::io("starting background threads", std::io::Error::other(e)))?;
+    let st = State {
+        mem: mem.clone(),
+        imms,
+        versions,
+        fixed_version,
+        busy: Default::default(),
+        flushing: false,
+        l0_compacting: false,
+        running_jobs: 0,
+        manual: false,
+        bg_error: None,
+    };
+    let sv = SuperVersion {
+        mem,
+        imms: st.imms.iter().rev().cloned().collect(),
+        version: st.current().clone(),
+    };
+    let stats = Stats::default();
+    stats
+        .open_micros
+        .store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    stats
+        .wal_replayed_batches
+        .store(replay.batches, Ordering::Relaxed);
+    stats
+        .wal_dropped_bytes
+        .store(replay.dropped_bytes, Ordering::Relaxed);
+    let inner = Arc::new(Inner {
+        dir: dir.to_path_buf(),
+        fs,
+        io,
+        opts: opts.clone(),
+        piece_options,
+        read_only,
+        lock: Mutex::new(Some(lock)),
+        queue: Mutex::new(WriteQueue::default()),
+        wal: Mutex::new(wal),
+        state: Mutex::new(st),
+        bg_cv: Condvar::new(),
+        sv: ArcSwap::from_pointee(sv),
+        visible_seq: AtomicU64::new(last_seq),
+        stats,
+        pool,
+        shutting_down: AtomicBool::new(false),
+        sync_thread: Mutex::new(None),
+    });
+    if let (false, SyncPolicy::IntervalMs(ms)) = (read_only, opts.sync_policy) {
+        let i = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("tphdb-wal-sync".into())
+            .spawn(move || i.sync_loop(Duration::from_millis(ms.max(1))))
+            .map_err(|e| Error::io("starting the WAL sync thread", e))?;
+        *inner.sync_thread.lock() = Some(handle);
+    }
+    if !read_only {
+        let mut st = inner.state.lock();
+        inner.maybe_schedule(&mut st);
+    }
+    Ok(inner)
+}
+
+/// Deletes files no version needs: pieces not referenced, WALs already
+/// flushed (all but `keep_wal_from` on when nothing was recovered), other
+/// MANIFESTs and temporary files. Failures are ignored: leftovers are retried
+/// at the next open.
+fn remove_obsolete_files(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+    vs: &VersionSet,
+    keep_wal_from: Option<u64>,
+) {
+    let live = vs.current.live_files();
+    for name in names {
+        let remove = match parse(name) {
+            Some(FileKind::Piece(n)) => !live.contains(&n),
+            Some(FileKind::Wal(n)) => n < vs.log_number || keep_wal_from.is_some_and(|k| n < k),
+            Some(FileKind::Manifest(n)) => n != vs.manifest_number(),
+            Some(FileKind::Temp) => true,
+            _ => false,
+        };
+        if remove {
+            let _ = fs.remove(&path(dir, name));
+        }
+    }
+}
+
+pub(crate) fn destroy(opts: &Options, dir: &Path) -> Result<()> {
+    let fs: Arc<dyn FileSystem> = opts
+        .file_system
+        .clone()
+        .unwrap_or_else(|| Arc::new(PosixFs));
+    if !fs.exists(dir) {
+        return Ok(());
+    }
+    let lock = fs.lock(&path(dir, LOCK), true)?;
+    for name in fs.list(dir)? {
+        if parse(&name).is_some_and(|k| k != FileKind::Lock) {
+            fs.remove(&path(dir, &name))?;
+        }
+    }
+    drop(lock);
+    let _ = fs.remove(&path(dir, LOCK));
+    fs.remove_dir(dir)
+}

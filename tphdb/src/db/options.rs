@@ -1,0 +1,193 @@
+//! Options of a database, its writes and its reads.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::fs::{FileSystem, ReadMode};
+use crate::phf::PhfKind;
+use crate::piece::Compression;
+
+/// When the WAL is synced to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Every write group is synced before it is acknowledged.
+    EveryWrite,
+    /// A background thread syncs every this many milliseconds; a crash
+    /// loses at most that window of acknowledged writes.
+    IntervalMs(u64),
+    /// Only writes with [`WriteOptions::sync`] (and memtable switches and
+    /// `close`) sync; writes reach the OS page cache at once, so a process
+    /// crash loses nothing, an OS crash loses the unsynced tail.
+    Never,
+}
+
+/// Options of a database. Defaults follow the CompassDB paper.
+#[derive(Clone)]
+pub struct Options {
+    /// Create the database if the directory holds none.
+    pub create_if_missing: bool,
+    /// Fail if a database already exists.
+    pub error_if_exists: bool,
+    /// Size at which the active memtable is frozen and flushed (paper: 128 MiB).
+    pub write_buffer_size: usize,
+    /// Frozen memtables waiting for flush before writers stall (paper: 4).
+    pub max_immutable_memtables: usize,
+    /// One bound on memtable memory: when set, `write_buffer_size` becomes
+    /// `memory_budget / (1 + max_immutable_memtables)`.
+    pub memory_budget: Option<usize>,
+    /// One-level mode (§4.4.1): flushes merge straight into level 1; there
+    /// is no level 0 and no deeper level.
+    pub one_level: bool,
+    /// Single-tier mode (§4.4.2): at most two pieces per TPH, for
+    /// overwrite-heavy workloads (less space and read amplification).
+    pub single_tier: bool,
+    /// Pieces per TPH before the oldest are folded (paper: 16).
+    pub max_pieces: usize,
+    /// TPHs of level `i + 1` per TPH of level `i`. Fixed at creation.
+    pub fanout: u32,
+    /// Deepest level (level 0 not counted).
+    pub max_levels: u32,
+    /// A TPH above the bottom level is pushed down past this many bytes; the
+    /// bottom level gets a level below it once its TPHs average `fanout`
+    /// times this.
+    pub tph_target_bytes: u64,
+    /// Level-0 TPHs that trigger a compaction into level 1.
+    pub l0_compaction_trigger: usize,
+    /// Level-0 TPHs at which each write group is delayed by a millisecond.
+    pub l0_slowdown_trigger: usize,
+    /// Level-0 TPHs at which writes wait for compaction.
+    pub l0_stop_trigger: usize,
+    /// When the WAL is synced.
+    pub sync_policy: SyncPolicy,
+    /// How piece files are read.
+    pub read_mode: ReadMode,
+    /// Block compression of new pieces.
+    pub compression: Compression,
+    /// Perfect hash implementation.
+    pub phf_kind: PhfKind,
+    /// Perfect hash table size over key count (paper: 1.1).
+    pub phf_table_factor: f64,
+    /// Signature bits per global-index slot (paper: 8): an absent key costs
+    /// a read with probability `2^-bits` per TPH consulted.
+    pub signature_bits: u32,
+    /// Threads for flushes and compactions (a fixed pool).
+    pub background_threads: usize,
+    /// Block size target of pieces.
+    pub page_size: usize,
+    /// Start a new MANIFEST past this size.
+    pub manifest_max_bytes: u64,
+    /// Pieces whose live fraction falls below this are folded at the next
+    /// compaction of their TPH.
+    pub min_live_ratio: f64,
+    /// File system to use (default: the real one).
+    pub file_system: Option<Arc<dyn FileSystem>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            write_buffer_size: 128 << 20,
+            max_immutable_memtables: 4,
+            memory_budget: None,
+            one_level: false,
+            single_tier: false,
+            max_pieces: 16,
+            fanout: 8,
+            max_levels: 6,
+            tph_target_bytes: 256 << 20,
+            l0_compaction_trigger: 4,
+            l0_slowdown_trigger: 12,
+            l0_stop_trigger: 20,
+            sync_policy: SyncPolicy::Never,
+            read_mode: ReadMode::Mmap,
+            compression: Compression::None,
+            phf_kind: PhfKind::CpHash,
+            phf_table_factor: 1.1,
+            signature_bits: 8,
+            background_threads: 2,
+            page_size: 4096,
+            manifest_max_bytes: 64 << 20,
+            min_live_ratio: 0.3,
+            file_system: None,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("write_buffer_size", &self.write_buffer_size)
+            .field("max_immutable_memtables", &self.max_immutable_memtables)
+            .field("memory_budget", &self.memory_budget)
+            .field("one_level", &self.one_level)
+            .field("single_tier", &self.single_tier)
+            .field("max_pieces", &self.max_pieces)
+            .field("fanout", &self.fanout)
+            .field("max_levels", &self.max_levels)
+            .field("tph_target_bytes", &self.tph_target_bytes)
+            .field("sync_policy", &self.sync_policy)
+            .field("read_mode", &self.read_mode)
+            .field("compression", &self.compression)
+            .field("phf_kind", &self.phf_kind)
+            .field("signature_bits", &self.signature_bits)
+            .field("background_threads", &self.background_threads)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    /// `write_buffer_size` after applying `memory_budget`.
+    pub(crate) fn effective_write_buffer(&self) -> usize {
+        match self.memory_budget {
+            Some(b) => (b / (1 + self.max_immutable_memtables)).max(64 << 10),
+            None => self.write_buffer_size,
+        }
+    }
+
+    /// `max_pieces` after applying `single_tier`.
+    pub(crate) fn effective_max_pieces(&self) -> usize {
+        if self.single_tier {
+            self.max_pieces.clamp(1, 2)
+        } else {
+            self.max_pieces.max(1)
+        }
+    }
+
+    pub(crate) fn validate(&self) -> crate::Result<()> {
+        let bad = |m: &str| Err(crate::Error::InvalidArgument(m.to_string()));
+        if self.fanout < 2 {
+            return bad("fanout must be at least 2");
+        }
+        if !(1..=16).contains(&self.max_levels) {
+            return bad("max_levels must be in 1..=16");
+        }
+        if !(1..=32).contains(&self.signature_bits) {
+            return bad("signature_bits must be in 1..=32");
+        }
+        if self.max_pieces == 0 || self.max_pieces > 1024 {
+            return bad("max_pieces must be in 1..=1024");
+        }
+        if self.background_threads == 0 {
+            return bad("background_threads must be at least 1");
+        }
+        if self.page_size == 0 || self.page_size > 1 << 20 {
+            return bad("page_size must be in 1..=1 MiB");
+        }
+        if self.l0_compaction_trigger == 0 || self.l0_stop_trigger < self.l0_compaction_trigger {
+            return bad("need 1 <= l0_compaction_trigger <= l0_stop_trigger");
+        }
+        Ok(())
+    }
+}
+
+/// Options of a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Sync the WAL before acknowledging (survives an OS crash).
+    pub sync: bool,
+    /// Skip the WAL: the write is lost on a crash until its memtable is
+    /// flushed.
+    pub disable_wal: bool,
+}

@@ -1,0 +1,83 @@
+//! Point reads and snapshots.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::iter::{DBIterator, DBRawIterator, IteratorMode, ReadOptions};
+use super::{Inner, SuperVersion, DB};
+use crate::error::Result;
+use crate::hash::key_hash;
+use crate::piece::ReadCount;
+
+impl Inner {
+    /// The value of `key` as of sequence number `seq` in `sv`.
+    ///
+    /// Memtables newest first, then level-0 TPHs newest first, then one TPH
+    /// per level: the first version found decides.
+    pub(crate) fn get(&self, sv: &SuperVersion, seq: u64, key: &[u8]) -> Result<Option<Bytes>> {
+        self.stats.gets.fetch_add(1, Relaxed);
+        let found = std::iter::once(&sv.mem)
+            .chain(&sv.imms)
+            .find_map(|m| m.get(key, seq));
+        let value = match found {
+            Some(v) => v.value,
+            None => {
+                let mut count = ReadCount::default();
+                let r = sv.version.get(key, key_hash(key), &mut count);
+                self.stats.get_block_reads.fetch_add(count.reads, Relaxed);
+                self.stats.get_bytes_read.fetch_add(count.bytes, Relaxed);
+                r?.and_then(|e| e.value)
+            }
+        };
+        if let Some(v) = &value {
+            self.stats.get_hits.fetch_add(1, Relaxed);
+            self.stats
+                .get_bytes_returned
+                .fetch_add((key.len() + v.len()) as u64, Relaxed);
+        }
+        Ok(value)
+    }
+}
+
+/// A frozen view of the database: reads through it see exactly what existed
+/// when it was taken, whatever is written, flushed or compacted later. It
+/// pins the memtables and TPHs of that moment until dropped.
+pub struct Snapshot<'a> {
+    db: &'a DB,
+    pub(crate) sv: Arc<SuperVersion>,
+    pub(crate) seq: u64,
+}
+
+impl<'a> Snapshot<'a> {
+    pub(crate) fn new(db: &'a DB) -> Snapshot<'a> {
+        let (sv, seq) = db.inner.read_view();
+        Snapshot { db, sv, seq }
+    }
+
+    /// The value of `key` in the snapshot.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_pinned(key)?.map(|b| b.to_vec()))
+    }
+
+    /// [`Snapshot::get`] without a copy.
+    pub fn get_pinned(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.db.inner.get(&self.sv, self.seq, key.as_ref())
+    }
+
+    /// Iterates over the snapshot.
+    pub fn iterator(&self, mode: IteratorMode<'_>) -> DBIterator<'_> {
+        DBIterator::new(self.raw_iterator(), mode)
+    }
+
+    /// A raw cursor over the snapshot.
+    pub fn raw_iterator(&self) -> DBRawIterator<'_> {
+        DBRawIterator::new(&self.sv, self.seq, ReadOptions::default())
+    }
+
+    /// The sequence number the snapshot reads at.
+    pub fn sequence(&self) -> u64 {
+        self.seq
+    }
+}

@@ -1,0 +1,284 @@
+//! The write path: group commit into the WAL and the memtable.
+//!
+//! Writers queue up; the writer at the front becomes the leader, takes the
+//! batches of the writers behind it (up to 1 MiB), writes them as one WAL
+//! record (synced if any of them asked), inserts them into the memtable and
+//! wakes the others. Sequence numbers are assigned by the leader, so a batch
+//! is visible all at once and the WAL holds batches in sequence order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Condvar;
+
+use super::{Inner, SyncPolicy, WriteOptions};
+use crate::batch::{BatchOp, WriteBatch};
+use crate::error::{Error, Result};
+use crate::filename::{path, wal_name};
+use crate::log::LogWriter;
+use crate::memtable::MemTable;
+
+/// A group takes batches up to this many bytes.
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+/// The WAL and what goes with it; the leader of a write group holds it.
+pub(crate) struct WalWriter {
+    /// `None` for a read-only database.
+    pub(crate) log: Option<LogWriter>,
+    pub(crate) number: u64,
+    pub(crate) mem: Arc<MemTable>,
+    /// Last sequence number assigned.
+    pub(crate) last_seq: u64,
+}
+
+impl WalWriter {
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        match &mut self.log {
+            Some(l) => l.sync(),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Pending {
+    id: u64,
+    batch: WriteBatch,
+    sync: bool,
+    no_wal: bool,
+    cv: Arc<Condvar>,
+}
+
+/// Writers waiting for a leader, and the results leaders hand back.
+#[derive(Default)]
+pub(crate) struct WriteQueue {
+    pending: VecDeque<Pending>,
+    done: HashMap<u64, Result<()>>,
+    next_id: u64,
+    leader_active: bool,
+}
+
+impl Inner {
+    pub(crate) fn write(self: &Arc<Self>, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly("opened with open_for_read_only".into()));
+        }
+        batch.validate()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let sync = opts.sync || self.opts.sync_policy == SyncPolicy::EveryWrite;
+        let cv = Arc::new(Condvar::new());
+        let mut q = self.queue.lock();
+        let id = q.next_id;
+        q.next_id += 1;
+        q.pending.push_back(Pending {
+            id,
+            batch,
+            sync,
+            no_wal: opts.disable_wal,
+            cv: cv.clone(),
+        });
+        loop {
+            if let Some(r) = q.done.remove(&id) {
+                return r;
+            }
+            if !q.leader_active && q.pending.front().is_some_and(|p| p.id == id) {
+                break;
+            }
+            cv.wait(&mut q);
+        }
+
+        // This writer leads: take the group behind it.
+        q.leader_active = true;
+        let first = q.pending.pop_front().expect("the leader is queued");
+        let (mut batch, mut sync, no_wal) = (first.batch, first.sync, first.no_wal);
+        let mut members = Vec::new();
+        while let Some(p) = q.pending.front() {
+            if p.no_wal != no_wal
+                || batch.size_in_bytes() + p.batch.size_in_bytes() > MAX_GROUP_BYTES
+            {
+                break;
+            }
+            let p = q.pending.pop_front().expect("front exists");
+            batch.append(&p.batch);
+            sync |= p.sync;
+            members.push((p.id, p.cv));
+        }
+        drop(q);
+
+        let result = self.write_group(batch, sync, no_wal);
+
+        let mut q = self.queue.lock();
+        for (id, cv) in members {
+            q.done.insert(id, result.clone());
+            cv.notify_one();
+        }
+        q.leader_active = false;
+        if let Some(front) = q.pending.front() {
+            front.cv.notify_one();
+        }
+        result
+    }
+
+    fn write_group(
+        self: &Arc<Self>,
+        mut batch: WriteBatch,
+        sync: bool,
+        no_wal: bool,
+    ) -> Result<()> {
+        let mut wal = self.wal.lock();
+        self.make_room_for_write(&mut wal, false)?;
+        let seq = wal.last_seq + 1;
+        let count = batch.len() as u64;
+        if !no_wal {
+            let log = wal.log.as_mut().expect("a writable database has a WAL");
+            let record = batch.encode_with_seq(seq);
+            let len = record.len() as u64;
+            let r = log
+                .add_record(record)
+                .and_then(|()| log.flush())
+                .and_then(|()| if sync { log.sync() } else { Ok(()) });
+            if let Err(e) = r {
+                let mut st = self.state.lock();
+                self.poison(&mut st, &e);
+                return Err(e);
+            }
+            self.stats.wal_bytes.fetch_add(len, Ordering::Relaxed);
+            if sync {
+                self.stats.wal_syncs.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut user_bytes = 0u64;
+        for (i, op) in batch.ops().enumerate() {
+            match op {
+                BatchOp::Put(k, v) => {
+                    user_bytes += (k.len() + v.len()) as u64;
+                    wal.mem.insert(k, seq + i as u64, Some(v));
+                }
+                BatchOp::Delete(k) => {
+                    user_bytes += k.len() as u64;
+                    wal.mem.insert(k, seq + i as u64, None);
+                }
+            }
+        }
+        wal.last_seq = seq + count - 1;
+        self.visible_seq.store(wal.last_seq, Ordering::Release);
+        self.stats
+            .user_bytes_written
+            .fetch_add(user_bytes, Ordering::Relaxed);
+        self.stats.writes.fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits while flushes or level 0 fall too far behind (counting the
+    /// stall), and freezes the memtable when it is full (or, with `force`,
+    /// whenever it holds anything).
+    pub(crate) fn make_room_for_write(
+        self: &Arc<Self>,
+        wal: &mut WalWriter,
+        force: bool,
+    ) -> Result<()> {
+        let opts = &self.opts;
+        let mut slowed = false;
+        loop {
+            let mut st = self.state.lock();
+            if let Some(e) = &st.bg_error {
+                return Err(Error::ReadOnly(e.clone()));
+            }
+            let l0 = st.current().l0.len();
+            if st.imms.len() >= opts.max_immutable_memtables.max(1)
+                || (!opts.one_level && l0 >= opts.l0_stop_trigger)
+            {
+                let t = Instant::now();
+                self.maybe_schedule(&mut st);
+                self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
+                self.stats
+                    .stall_micros
+                    .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                continue;
+            }
+            if !slowed && !opts.one_level && l0 >= opts.l0_slowdown_trigger {
+                drop(st);
+                std::thread::sleep(Duration::from_millis(1));
+                self.stats.stall_micros.fetch_add(1000, Ordering::Relaxed);
+                slowed = true;
+                continue;
+            }
+            let full = wal.mem.memory_bytes() >= opts.effective_write_buffer();
+            let forced = force && !wal.mem.is_empty();
+            if !full && !forced {
+                return Ok(());
+            }
+            if let Err(e) = self.switch_memtable(&mut st, wal) {
+                self.poison(&mut st, &e);
+                return Err(e);
+            }
+            return Ok(());
+        }
+    }
+
+    /// Freezes the memtable and starts a new WAL. The old WAL is synced
+    /// first, so that no later synced write can survive a crash that loses
+    /// earlier writes.
+    fn switch_memtable(self: &Arc<Self>, st: &mut super::State, wal: &mut WalWriter) -> Result<()> {
+        let number = st.versions.as_mut().expect("writable").new_file_number();
+        let file = self.fs.create(&path(&self.dir, &wal_name(number)))?;
+        self.fs.sync_dir(&self.dir)?;
+        wal.sync()?;
+        let mem = Arc::new(MemTable::new(number));
+        st.imms
+            .push_back(std::mem::replace(&mut st.mem, mem.clone()));
+        wal.log = Some(LogWriter::new(file, 0));
+        wal.number = number;
+        wal.mem = mem;
+        self.install_super_version(st);
+        self.maybe_schedule(st);
+        Ok(())
+    }
+
+    /// Freezes the memtable and waits until every frozen memtable up to it
+    /// is flushed.
+    pub(crate) fn flush(self: &Arc<Self>) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly("opened with open_for_read_only".into()));
+        }
+        let target = {
+            let mut wal = self.wal.lock();
+            self.make_room_for_write(&mut wal, true)?;
+            wal.number
+        };
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(Error::ReadOnly(e.clone()));
+            }
+            if st.imms.iter().all(|m| m.wal_number() >= target) {
+                return Ok(());
+            }
+            self.maybe_schedule(&mut st);
+            self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
+        }
+    }
+
+    /// The body of the thread that syncs the WAL every `interval`.
+    pub(crate) fn sync_loop(self: Arc<Self>, interval: Duration) {
+        let tick = interval.min(Duration::from_millis(20));
+        let mut last = Instant::now();
+        while !self.shutting_down.load(Ordering::Acquire) {
+            std::thread::sleep(tick);
+            if last.elapsed() < interval {
+                continue;
+            }
+            last = Instant::now();
+            let r = self.wal.lock().sync();
+            if let Err(e) = r {
+                let mut st = self.state.lock();
+                self.poison(&mut st, &e);
+                return;
+            }
+            self.stats.wal_syncs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Versions: which TPHs make up the database at a point in time.
+//!
+//! Level 0 holds flushed TPHs, newest first, each over the whole key space.
+//! Level `i >= 1` is split into `fanout^i` TPHs over equal ranges of the
+//! 32-bit search key (paper §3.4): a key is in exactly one TPH per level,
+//! and the TPH at `(i, p)` covers exactly the TPHs `(i + 1, p * fanout ..
+//! p * fanout + fanout)` below it. `depth` is the bottom level.
+
+mod edit;
+mod set;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub(crate) use edit::{Layout, VersionEdit};
+pub(crate) use set::{RecoveredState, VersionSet};
+
+use crate::error::{Error, Result};
+use crate::hash::partition_of;
+use crate::piece::{Entry, ReadCount};
+use crate::tph::Tph;
+
+/// An immutable set of TPHs. Readers hold one while they read.
+#[derive(Debug)]
+pub(crate) struct Version {
+    pub(crate) layout: Layout,
+    pub(crate) depth: u32,
+    /// Newest first.
+    pub(crate) l0: Vec<Arc<Tph>>,
+    /// `levels[i - 1]` is level `i`, by partition.
+    pub(crate) levels: Vec<BTreeMap<u64, Arc<Tph>>>,
+}
+
+impl Version {
+    pub(crate) fn empty(layout: Layout) -> Version {
+        Version {
+            layout,
+            depth: 1,
+            l0: Vec::new(),
+            levels: vec![BTreeMap::new()],
+        }
+    }
+
+    /// Number of partitions of level `level >= 1`.
+    pub(crate) fn partitions(&self, level: u32) -> u64 {
+        self.layout.fanout.saturating_pow(level)
+    }
+
+    pub(crate) fn tph(&self, level: u32, partition: u64) -> Option<&Arc<Tph>> {
+        self.levels.get(level as usize - 1)?.get(&partition)
+    }
+
+    /// The newest version of `key` (hash `h`) in the TPHs, if any.
+    pub(crate) fn get(&self, key: &[u8], h: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
+        for tph in &self.l0 {
+            if let Some(e) = tph.get_counted(key, h, count)? {
+                return Ok(Some(e));
+            }
+        }
+        for level in 1..=self.depth {
+            if let Some(tph) = self.tph(level, partition_of(h, self.partitions(level))) {
+                if let Some(e) = tph.get_counted(key, h, count)? {
+                    return Ok(Some(e));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every TPH, level 0 first.
+    pub(crate) fn tphs(&self) -> impl Iterator<Item = &Arc<Tph>> {
+        self.l0
+            .iter()
+            .chain(self.levels.iter().flat_map(|l| l.values()))
+    }
+
+    /// The version after `edit`; `new_tphs` holds the TPHs the edit adds,
+    /// by head number.
+    pub(crate) fn apply(
+        &self,
+        edit: &VersionEdit,
+        new_tphs: &HashMap<u64, Arc<Tph>>,
+    ) -> Result<Version> {
+        let find = |head: u64| {
+            new_tphs.get(&head).cloned().ok_or_else(|| {
+                Error::InvalidArgument(format!("edit adds TPH {head} without opening it"))
+            })
+        };
+        let mut v = Version {
+            layout: self.layout,
+            depth: edit.depth.unwrap_or(self.depth),
+            l0: self.l0.clone(),
+            levels: self.levels.clone(),
+        };
+        v.l0.retain(|t| !edit.remove_l0.contains(&t.head_number()));
+        for &head in &edit.add_l0 {
+            v.l0.insert(0, find(head)?);
+        }
+        while v.levels.len() < v.depth as usize {
+            v.levels.push(BTreeMap::new());
+        }
+        for &(level, partition) in &edit.remove {
+            v.levels[level as usize - 1].remove(&partition);
+        }
+        for &(level, partition, head) in &edit.set {
+            if level == 0 || level > v.depth {
+                return Err(Error::InvalidArgument(format!(
+                    "edit sets level {level} of {}",
+                    v.depth
+                )));
+            }
+            v.levels[level as usize - 1].insert(partition, find(head)?);
+        }
+        Ok(v)
+    }
+
+    /// An edit that recreates this version from nothing.
+    pub(crate) fn snapshot_edit(&self) -> VersionEdit {
+        VersionEdit {
+            layout: Some(self.layout),
+            depth: Some(self.depth),
+            add_l0: self.l0.iter().rev().map(|t| t.head_number()).collect(),
+            set: self
+                .levels
+                .iter()
+                .enumerate()
+                .flat_map(|(i, l)| {
+                    l.iter()
+                        .map(move |(&p, t)| (i as u32 + 1, p, t.head_number()))
+                })
+                .collect(),
+            ..VersionEdit::default()
+        }
+    }
+
+    /// Piece files the version reads.
+    pub(crate) fn live_files(&self) -> std::collections::HashSet<u64> {
+        self.tphs()
+            .flat_map(|t| t.files().map(|p| p.number()))
+            .collect()
+    }
+}

@@ -1,0 +1,281 @@
+//! The MANIFEST and CURRENT: the durable record of versions.
+//!
+//! The MANIFEST is a record log of version edits; CURRENT names the live
+//! MANIFEST and is replaced atomically (write a temporary file, sync,
+//! rename, sync the directory). Every open starts a new MANIFEST holding a
+//! snapshot of the recovered version, so a torn tail of the old one is never
+//! appended to.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::{Layout, Version, VersionEdit};
+use crate::error::{Error, Result};
+use crate::filename::{manifest_name, path, CURRENT};
+use crate::fs::{FileSystem, ReadMode};
+use crate::log::{LogReader, LogWriter, TailDrop};
+use crate::tph::{PieceFile, Tph};
+
+/// The structure replayed from a MANIFEST, by file numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RecoveredState {
+    pub(crate) layout: Option<Layout>,
+    pub(crate) depth: u32,
+    /// Newest first.
+    pub(crate) l0: Vec<u64>,
+    pub(crate) levels: BTreeMap<(u32, u64), u64>,
+    pub(crate) log_number: u64,
+    pub(crate) next_file: u64,
+    pub(crate) last_seq: u64,
+    /// Set when the MANIFEST ended in a torn record.
+    pub(crate) manifest_tail: Option<TailDrop>,
+}
+
+impl RecoveredState {
+    fn apply(&mut self, e: &VersionEdit) {
+        if e.layout.is_some() {
+            self.layout = e.layout;
+        }
+        self.log_number = e.log_number.unwrap_or(self.log_number);
+        self.next_file = e.next_file.unwrap_or(self.next_file);
+        self.last_seq = e.last_seq.unwrap_or(self.last_seq);
+        self.depth = e.depth.unwrap_or(self.depth);
+        self.l0.retain(|h| !e.remove_l0.contains(h));
+        for &h in &e.add_l0 {
+            self.l0.insert(0, h);
+        }
+        for k in &e.remove {
+            self.levels.remove(k);
+        }
+        for &(l, p, h) in &e.set {
+            self.levels.insert((l, p), h);
+        }
+    }
+}
+
+/// The CURRENT file: the MANIFEST name and a CRC32C of it.
+fn encode_current(manifest: &str) -> String {
+    format!(
+        "{manifest}\ncrc32c={:08x}\n",
+        crc32c::crc32c(manifest.as_bytes())
+    )
+}
+
+fn decode_current(b: &[u8]) -> Result<String> {
+    let text =
+        std::str::from_utf8(b).map_err(|_| Error::corruption("CURRENT", "text", "binary data"))?;
+    let mut lines = text.lines();
+    let (Some(name), Some(crc), None) = (lines.next(), lines.next(), lines.next()) else {
+        return Err(Error::corruption(
+            "CURRENT",
+            "two lines",
+            format!("{text:?}"),
+        ));
+    };
+    let want = format!("crc32c={:08x}", crc32c::crc32c(name.as_bytes()));
+    if crc != want || !name.starts_with("MANIFEST-") {
+        return Err(Error::corruption("CURRENT", want, crc));
+    }
+    Ok(name.to_string())
+}
+
+/// Owns the MANIFEST and the current version.
+pub(crate) struct VersionSet {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    manifest: LogWriter,
+    manifest_number: u64,
+    manifest_max_bytes: u64,
+    pub(crate) current: Arc<Version>,
+    pub(crate) next_file: u64,
+    pub(crate) log_number: u64,
+    pub(crate) last_seq: u64,
+}
+
+impl VersionSet {
+    /// Reads CURRENT and replays its MANIFEST.
+    pub(crate) fn read_state(fs: &dyn FileSystem, dir: &Path) -> Result<RecoveredState> {
+        let current = crate::fs::read_all(fs, &path(dir, CURRENT))?;
+        let name = decode_current(&current).map_err(|e| e.at(CURRENT))?;
+        let file = fs.open_read(&path(dir, &name), ReadMode::Pread)?;
+        let mut reader = LogReader::new(file);
+        let mut state = RecoveredState {
+            depth: 1,
+            ..RecoveredState::default()
+        };
+        while let Some(rec) = reader.next_record()? {
+            let edit = VersionEdit::decode(&rec).map_err(|e| e.at(&name))?;
+            state.apply(&edit);
+        }
+        state.manifest_tail = reader.tail_drop().cloned();
+        if state.layout.is_none() {
+            return Err(Error::corruption(&name, "a layout record", "none").at(dir.display()));
+        }
+        Ok(state)
+    }
+
+    /// Opens the TPHs of a recovered state.
+    pub(crate) fn open_version(
+        fs: &Arc<dyn FileSystem>,
+        dir: &Path,
+        state: &RecoveredState,
+        mode: ReadMode,
+    ) -> Result<Version> {
+        let layout = state.layout.expect("read_state checked the layout");
+        let mut open: HashMap<u64, Arc<PieceFile>> = HashMap::new();
+        let mut v = Version::empty(layout);
+        v.depth = state.depth.max(1);
+        while v.levels.len() < v.depth as usize {
+            v.levels.push(BTreeMap::new());
+        }
+        for &head in &state.l0 {
+            v.l0.push(Arc::new(Tph::open(fs, dir, head, mode, &mut open)?));
+        }
+        for (&(level, partition), &head) in &state.levels {
+            let tph = Tph::open(fs, dir, head, mode, &mut open)?;
+            if level == 0 || level > v.depth || (tph.level(), tph.partition()) != (level, partition)
+            {
+                return Err(Error::corruption(
+                    format!("TPH {head}"),
+                    format!(
+                        "level {level} partition {partition} within depth {}",
+                        v.depth
+                    ),
+                    format!("level {} partition {}", tph.level(), tph.partition()),
+                ));
+            }
+            v.levels[level as usize - 1].insert(partition, Arc::new(tph));
+        }
+        Ok(v)
+    }
+
+    /// Starts a MANIFEST holding `version` and points CURRENT at it.
+    pub(crate) fn start(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        version: Version,
+        mut next_file: u64,
+        log_number: u64,
+        last_seq: u64,
+        manifest_max_bytes: u64,
+    ) -> Result<VersionSet> {
+        let manifest_number = next_file;
+        next_file += 1;
+        let manifest = write_manifest(
+            fs.as_ref(),
+            dir,
+            manifest_number,
+            &version,
+            next_file,
+            log_number,
+            last_seq,
+        )?;
+        Ok(VersionSet {
+            fs,
+            dir: dir.to_path_buf(),
+            manifest,
+            manifest_number,
+            manifest_max_bytes,
+            current: Arc::new(version),
+            next_file,
+            log_number,
+            last_seq,
+        })
+    }
+
+    pub(crate) fn manifest_number(&self) -> u64 {
+        self.manifest_number
+    }
+
+    pub(crate) fn new_file_number(&mut self) -> u64 {
+        let n = self.next_file;
+        self.next_file += 1;
+        n
+    }
+
+    /// Makes `edit` durable in the MANIFEST, then installs the version it
+    /// describes. On error nothing is installed, and whether the edit is on
+    /// disk is unknown: the caller must stop writing.
+    pub(crate) fn log_and_apply(
+        &mut self,
+        mut edit: VersionEdit,
+        new_tphs: &HashMap<u64, Arc<Tph>>,
+    ) -> Result<()> {
+        let version = self.current.apply(&edit, new_tphs)?;
+        if let Some(n) = edit.log_number {
+            self.log_number = self.log_number.max(n);
+        }
+        edit.log_number = Some(self.log_number);
+        edit.next_file = Some(self.next_file);
+        edit.last_seq = Some(self.last_seq);
+        self.manifest.add_record(&edit.encode())?;
+        self.manifest.sync()?;
+        self.current = Arc::new(version);
+        if self.manifest.len() > self.manifest_max_bytes {
+            self.roll_over()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new MANIFEST with a snapshot of the current version.
+    fn roll_over(&mut self) -> Result<()> {
+        let number = self.new_file_number();
+        self.manifest = write_manifest(
+            self.fs.as_ref(),
+            &self.dir,
+            number,
+            &self.current,
+            self.next_file,
+            self.log_number,
+            self.last_seq,
+        )?;
+        let old = std::mem::replace(&mut self.manifest_number, number);
+        let _ = self.fs.remove(&path(&self.dir, &manifest_name(old)));
+        Ok(())
+    }
+}
+
+fn write_manifest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    number: u64,
+    version: &Version,
+    next_file: u64,
+    log_number: u64,
+    last_seq: u64,
+) -> Result<LogWriter> {
+    let name = manifest_name(number);
+    let mut w = LogWriter::new(fs.create(&path(dir, &name))?, 0);
+    let mut edit = version.snapshot_edit();
+    edit.next_file = Some(next_file);
+    edit.log_number = Some(log_number);
+    edit.last_seq = Some(last_seq);
+    w.add_record(&edit.encode())?;
+    w.sync()?;
+    let tmp = path(dir, "CURRENT.tmp");
+    let mut f = fs.create(&tmp)?;
+    f.append(encode_current(&name).as_bytes())?;
+    f.sync()?;
+    drop(f);
+    fs.rename(&tmp, &path(dir, CURRENT))?;
+    fs.sync_dir(dir)?;
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_is_checked() {
+        let c = encode_current("MANIFEST-000007");
+        assert_eq!(decode_current(c.as_bytes()).unwrap(), "MANIFEST-000007");
+        for i in 0..c.len() {
+            let mut b = c.clone().into_bytes();
+            b[i] ^= 0x01;
+            assert!(decode_current(&b).is_err(), "byte {i}");
+        }
+        assert!(decode_current(b"").is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! The engine against a `BTreeMap` model: random operation sequences in
+//! every mode, with memtables small enough that every path runs (flushes,
+//! level-0 merges, push-downs, GC, reopen from MANIFEST and WAL).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use tphdb::fs::MemFs;
+use tphdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, DB};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Leveled,
+    OneLevel,
+    SingleTier,
+}
+
+fn options(mode: Mode, fs: &MemFs) -> Options {
+    Options {
+        write_buffer_size: 4 << 10,
+        max_immutable_memtables: 2,
+        tph_target_bytes: 2 << 10,
+        fanout: 2,
+        max_levels: 3,
+        l0_compaction_trigger: 2,
+        max_pieces: 3,
+        one_level: matches!(mode, Mode::OneLevel),
+        single_tier: matches!(mode, Mode::SingleTier),
+        background_threads: 2,
+        page_size: 512,
+        file_system: Some(Arc::new(fs.clone())),
+        ..Options::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u16, u16),
+    Delete(u16),
+    Batch(Vec<(u16, Option<u16>)>),
+    Get(u16),
+    Scan(Option<u16>, bool),
+    Snapshot,
+    Flush,
+    Compact,
+    Reopen,
+}
+
+fn key(k: u16) -> Vec<u8> {
+    format!("k{:04}", k % 600).into_bytes()
+}
+
+fn value(k: u16, v: u16) -> Vec<u8> {
+    // Values of varied length, some empty, that name their key.
+    let mut s = format!("{k}:{v}:").into_bytes();
+    s.resize((v as usize * 7) % 200, b'x');
+    s
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => (any::<u16>(), any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)),
+        8 => any::<u16>().prop_map(Op::Delete),
+        6 => prop::collection::vec((any::<u16>(), prop::option::weighted(0.8, any::<u16>())), 1..20).prop_map(Op::Batch),
+        10 => any::<u16>().prop_map(Op::Get),
+        3 => (prop::option::of(any::<u16>()), any::<bool>()).prop_map(|(s, r)| Op::Scan(s, r)),
+        2 => Just(Op::Snapshot),
+        2 => Just(Op::Flush),
+        1 => Just(Op::Compact),
+        2 => Just(Op::Reopen),
+    ]
+}
+
+fn check_scan(db: &DB, model: &Model, start: Option<u16>, reverse: bool) {
+    let start_key = start.map(key);
+    let mode = match (&start_key, reverse) {
+        (None, false) => IteratorMode::Start,
+        (None, true) => IteratorMode::End,
+        (Some(k), false) => IteratorMode::From(k, Direction::Forward),
+        (Some(k), true) => IteratorMode::From(k, Direction::Reverse),
+    };
+    let got: Vec<(Vec<u8>, Vec<u8>)> = db
+        .iterator(mode)
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = match (&start_key, reverse) {
+        (None, false) => model.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        (None, true) => model
+            .iter()
+            .rev()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        (Some(s), false) => model
+            .range(s.clone()..)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        (Some(s), true) => model
+            .range(..=s.clone())
+            .rev()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "scan from {start_key:?} reverse {reverse}"
+    );
+    assert!(got == want, "scan from {start_key:?} reverse {reverse}");
+}
+
+fn run(mode: Mode, ops: Vec<Op>) {
+    let fs = MemFs::new();
+    let dir = Path::new("/db");
+    let mut db = Some(DB::open(&options(mode, &fs), dir).unwrap());
+    let mut model = Model::new();
+    // A snapshot is checked at the end against the model of its time.
+    let mut snap_models: Vec<Model> = Vec::new();
+    for op in ops {
+        let d = db.as_ref().unwrap();
+        match op {
+            Op::Put(k, v) => {
+                d.put(key(k), value(k, v)).unwrap();
+                model.insert(key(k), value(k, v));
+            }
+            Op::Delete(k) => {
+                d.delete(key(k)).unwrap();
+                model.remove(&key(k));
+            }
+            Op::Batch(ops) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => {
+                            b.put(key(k), value(k, v));
+                            model.insert(key(k), value(k, v));
+                        }
+                        None => {
+                            b.delete(key(k));
+                            model.remove(&key(k));
+                        }
+                    }
+                }
+                d.write(b).unwrap();
+            }
+            Op::Get(k) => assert_eq!(
+                d.get(key(k)).unwrap(),
+                model.get(&key(k)).cloned(),
+                "get {k}"
+            ),
+            Op::Scan(start, reverse) => check_scan(d, &model, start, reverse),
+            Op::Snapshot => {
+                // Take a snapshot, write on, and check it still sees its time.
+                let snap = d.snapshot();
+                let frozen = model.clone();
+                for i in 0..40u16 {
+                    d.put(key(i * 13), b"after-snapshot").unwrap();
+                    model.insert(key(i * 13), b"after-snapshot".to_vec());
+                }
+                d.flush().unwrap();
+                for (k, v) in frozen.iter().take(50) {
+                    assert_eq!(snap.get(k).unwrap().as_ref(), Some(v));
+                }
+                let got: Vec<Vec<u8>> = d
+                    .iterator_opt(
+                        IteratorMode::Start,
+                        ReadOptions {
+                            snapshot: Some(&snap),
+                            ..ReadOptions::default()
+                        },
+                    )
+                    .map(|r| r.unwrap().0.to_vec())
+                    .collect();
+                assert_eq!(got, frozen.keys().cloned().collect::<Vec<_>>());
+                snap_models.push(frozen);
+            }
+            Op::Flush => d.flush().unwrap(),
+            Op::Compact => d.compact_range(None, None).unwrap(),
+            Op::Reopen => {
+                db.take().unwrap().close().unwrap();
+                db = Some(DB::open(&options(mode, &fs), dir).unwrap());
+            }
+        }
+    }
+    let d = db.take().unwrap();
+    for (k, v) in &model {
+        assert_eq!(d.get(k).unwrap().as_ref(), Some(v));
+    }
+    check_scan(&d, &model, None, false);
+    // Dropping without close, then reopening, loses nothing either.
+    drop(d);
+    let d = DB::open(&options(mode, &fs), dir).unwrap();
+    check_scan(&d, &model, None, true);
+    let _ = snap_models;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("TPHDB_MODEL_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(400),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn leveled_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::Leveled, ops);
+    }
+
+    #[test]
+    fn one_level_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::OneLevel, ops);
+    }
+
+    #[test]
+    fn single_tier_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::SingleTier, ops);
+    }
+}
