@@ -15,15 +15,28 @@ struct Cli {
 enum Command {
     /// Run a benchmark; prints a table and optionally writes JSON.
     Bench(bench::BenchArgs),
+    /// Print a database's statistics and structure (opens it read-only).
+    Stats {
+        /// The database directory.
+        #[arg(long)]
+        db: std::path::PathBuf,
+    },
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Stats { db } => stats(&db),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+fn stats(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let db = tphdb::DB::open_for_read_only(&tphdb::Options::default(), dir)?;
+    print!("{}", db.stats().report());
+    Ok(())
 }

@@ -1,5 +1,8 @@
 //! `tphdb bench <workload>`.
 
+mod db;
+mod disk;
+mod latency;
 mod phf;
 mod piece;
 mod report;
@@ -20,12 +23,30 @@ enum Workload {
     Phf(phf::PhfArgs),
     /// Piece files: index memory per key and get() latency.
     Piece(piece::PieceArgs),
+    /// Write every key once, in random order.
+    Fillrandom(db::DbArgs),
+    /// Write every key once, in key order.
+    Fillseq(db::DbArgs),
+    /// Point reads of present keys.
+    Readrandom(db::DbArgs),
+    /// Point reads of absent keys.
+    Readmissing(db::DbArgs),
+    /// Point reads while one thread overwrites.
+    Readwhilewriting(db::DbArgs),
+    /// Time to reopen a loaded database, with and without a WAL to replay.
+    Open(db::DbArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     match args.workload {
         Workload::Phf(a) => phf::run(a),
         Workload::Piece(a) => piece::run(a),
+        Workload::Fillrandom(a) => db::run(db::DbWorkload::FillRandom, a),
+        Workload::Fillseq(a) => db::run(db::DbWorkload::FillSeq, a),
+        Workload::Readrandom(a) => db::run(db::DbWorkload::ReadRandom, a),
+        Workload::Readmissing(a) => db::run(db::DbWorkload::ReadMissing, a),
+        Workload::Readwhilewriting(a) => db::run(db::DbWorkload::ReadWhileWriting, a),
+        Workload::Open(a) => db::run(db::DbWorkload::Open, a),
     }
 }
 

@@ -1,20 +1,19 @@
 //! `tphdb bench piece`: one piece file, its index memory and get() latency
 //! through each read path, beside raw 4 KiB O_DIRECT reads of the same file.
 
-use std::fs::OpenOptions;
 use std::hint::black_box;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use hdrhistogram::Histogram;
 use serde_json::json;
 use tphdb::fs::{CountingFs, PosixFs, ReadMode};
 use tphdb::phf::PhfKind;
 use tphdb::piece::{write_piece, Compression, EntryRef, PieceOptions, PieceReader};
 
+use super::disk::raw_direct_reads;
+use super::latency::timed;
 use super::report::round;
 use super::Report;
 
@@ -53,72 +52,12 @@ pub struct PieceArgs {
     json: Option<PathBuf>,
 }
 
-struct Latencies {
-    ops: u64,
-    elapsed: Duration,
-    hist: Histogram<u64>,
-}
-
-impl Latencies {
-    fn ns_per_op(&self) -> f64 {
-        self.elapsed.as_nanos() as f64 / self.ops.max(1) as f64
-    }
-    fn p99_us(&self) -> f64 {
-        self.hist.value_at_quantile(0.99) as f64 / 1000.0
-    }
-}
-
-/// Runs `op(i)` for i in 0..ops or until `limit` passes, timing each call.
-fn timed(ops: usize, limit: Duration, mut op: impl FnMut(usize)) -> Latencies {
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram");
-    let start = Instant::now();
-    let mut done = 0;
-    while done < ops {
-        let t = Instant::now();
-        op(done);
-        hist.saturating_record(t.elapsed().as_nanos() as u64);
-        done += 1;
-        if done % 1024 == 0 && start.elapsed() > limit {
-            break;
-        }
-    }
-    Latencies {
-        ops: done as u64,
-        elapsed: start.elapsed(),
-        hist,
-    }
-}
-
 fn phf_kind(name: &str) -> Result<PhfKind, String> {
     match name {
         "cphash" => Ok(PhfKind::CpHash),
         "ptr_hash" => Ok(PhfKind::PtrHash),
         other => Err(format!("unknown perfect hash {other:?}")),
     }
-}
-
-/// Raw random 4 KiB O_DIRECT reads of `path`: what the disk gives one thread.
-fn raw_direct_reads(path: &Path, ops: usize, limit: Duration) -> std::io::Result<Latencies> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)?;
-    let pages = (file.metadata()?.len() / 4096).max(1);
-    let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("layout");
-    // SAFETY: non-zero size; freed below.
-    let buf = unsafe { std::alloc::alloc(layout) };
-    let mut rng = fastrand::Rng::with_seed(11);
-    let mut err = None;
-    let lat = timed(ops, limit, |_| {
-        // SAFETY: `buf` is a live 4096-byte allocation.
-        let b = unsafe { std::slice::from_raw_parts_mut(buf, 4096) };
-        if let Err(e) = file.read_at(b, rng.u64(..pages) * 4096) {
-            err = Some(e);
-        }
-    });
-    // SAFETY: allocated above with this layout.
-    unsafe { std::alloc::dealloc(buf, layout) };
-    err.map_or(Ok(lat), Err)
 }
 
 pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -225,7 +164,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
                     ("index_bytes_per_key", json!(round(per_key, 3))),
                     ("build_ns_per_key", json!(round(build_ns, 1))),
                     ("get_ns", json!(round(present.ns_per_op(), 1))),
-                    ("get_p99_us", json!(round(present.p99_us(), 2))),
+                    ("get_p99_us", json!(round(present.quantile_us(0.99), 2))),
                     ("get_missing_ns", json!(round(absent.ns_per_op(), 1))),
                     ("ops_per_sec", json!(round(1e9 / present.ns_per_op(), 0))),
                     (
@@ -251,7 +190,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
             vec![
                 ("read_mode", json!("direct")),
                 ("get_ns", json!(round(raw.ns_per_op(), 1))),
-                ("get_p99_us", json!(round(raw.p99_us(), 2))),
+                ("get_p99_us", json!(round(raw.quantile_us(0.99), 2))),
                 ("ops_per_sec", json!(round(1e9 / raw.ns_per_op(), 0))),
                 ("reads_per_get", json!(1.0)),
                 ("bytes_per_get", json!(4096)),

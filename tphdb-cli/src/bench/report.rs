@@ -48,11 +48,17 @@ impl Report {
     }
 
     /// Prints the results as an aligned table, columns in first-seen order.
+    /// Arrays, objects and multi-line strings are left to the JSON.
     pub fn print_table(&self) {
         let mut cols: Vec<String> = vec!["engine".into()];
         for r in &self.results {
-            for k in r.keys() {
-                if !cols.contains(k) {
+            for (k, v) in r {
+                let tabular = match v {
+                    Value::Array(_) | Value::Object(_) => false,
+                    Value::String(s) => !s.contains('\n'),
+                    _ => true,
+                };
+                if tabular && !cols.contains(k) {
                     cols.push(k.clone());
                 }
             }

@@ -433,6 +433,25 @@ impl Inner {
         }
     }
 
+    /// Waits until nothing is running and nothing is due.
+    pub(crate) fn wait_idle(self: &Arc<Self>) -> Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(Error::ReadOnly(e.clone()));
+            }
+            if self.read_only {
+                return Ok(());
+            }
+            self.maybe_schedule(&mut st);
+            if st.running_jobs == 0 {
+                return Ok(());
+            }
+            self.bg_cv
+                .wait_for(&mut st, std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Flushes, then pushes everything to the bottom level and folds every
     /// bottom TPH into one piece, with no other job running.
     pub(crate) fn compact_all(self: &Arc<Self>) -> Result<()> {

@@ -338,6 +338,11 @@ impl DB {
         self.inner.compact_all()
     }
 
+    /// Waits until no flush or compaction is running or due.
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        self.inner.wait_idle()
+    }
+
     /// Statistics, typed.
     pub fn stats(&self) -> DbStats {
         self.inner.collect_stats()
