@@ -52,7 +52,8 @@ fuzz_target!(|input: Input| {
     let mut c = r.sorted_cursor().expect("sorted");
     c.seek_to_first().expect("seek");
     for k in model.keys() {
-        assert_eq!(&c.entry().expect("entry").key[..], &k[..]);
+        assert_eq!(c.key(), Some(&k[..]));
+        assert_eq!(&c.load_entry().expect("load").expect("entry").key[..], &k[..]);
         c.move_next().expect("next");
     }
     assert!(!c.valid());

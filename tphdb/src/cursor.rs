@@ -1,13 +1,51 @@
 //! Cursors over sorted key/value sources, and the merge of several.
 //!
 //! A cursor is positioned on one entry at a time and moves both ways, like
-//! LevelDB's iterators. A value of `None` is a tombstone: cursors below the
-//! DB iterator pass tombstones through, because a tombstone in a newer
-//! source hides the key in older ones.
+//! LevelDB's iterators. Cursors below the DB iterator pass tombstones
+//! through, because a tombstone in a newer source hides the key in older
+//! ones. They name where a value is instead of reading it: moving through
+//! keys needs no value, and the DB iterator reads the values it will return
+//! in batches.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
+use rayon::prelude::*;
 
 use crate::error::Result;
+use crate::tph::PieceFile;
+
+/// Where the value of a cursor's entry is.
+#[derive(Clone, Debug)]
+pub(crate) enum ValueRef {
+    /// A value in memory.
+    Inline(Bytes),
+    /// A delete.
+    Tombstone,
+    /// The entry in this slot of a piece: one block read away.
+    InPiece(Arc<PieceFile>, u64),
+}
+
+#[cfg(test)]
+impl ValueRef {
+    /// The value, reading its block if it is in a piece; the entry read
+    /// must have `key`.
+    pub(crate) fn load(self, key: &[u8]) -> Result<Option<Bytes>> {
+        match self {
+            ValueRef::Inline(v) => Ok(Some(v)),
+            ValueRef::Tombstone => Ok(None),
+            ValueRef::InPiece(p, slot) => match p.entry_in_slot(slot)? {
+                Some(e) if e.key == key => Ok(e.value),
+                _ => Err(crate::error::Error::corruption(
+                    format!("slot {slot}"),
+                    "the key the key index names",
+                    "another key",
+                )
+                .at(p.name())),
+            },
+        }
+    }
+}
 
 /// A bidirectional cursor over entries in bytewise key order.
 pub(crate) trait Cursor: Send {
@@ -15,8 +53,10 @@ pub(crate) trait Cursor: Send {
     fn valid(&self) -> bool;
     /// Key of the current entry (only when valid).
     fn key(&self) -> &[u8];
-    /// Value of the current entry; `None` for a tombstone.
-    fn value(&self) -> Option<&Bytes>;
+    /// Where the current entry's value is (only when valid).
+    fn value_ref(&self) -> ValueRef;
+    /// Whether the current entry is a delete (only when valid).
+    fn is_tombstone(&self) -> bool;
     fn seek_to_first(&mut self) -> Result<()>;
     fn seek_to_last(&mut self) -> Result<()>;
     /// First entry with key `>= target`.
@@ -39,6 +79,9 @@ pub(crate) struct MergingCursor<'a> {
     children: Vec<Box<dyn Cursor + 'a>>,
     current: Option<usize>,
     direction: Direction,
+    /// Seek the children in parallel, on the rayon pool the caller
+    /// installed: worth it when a seek blocks on a device read per child.
+    parallel: bool,
 }
 
 impl<'a> MergingCursor<'a> {
@@ -47,6 +90,27 @@ impl<'a> MergingCursor<'a> {
             children,
             current: None,
             direction: Direction::Forward,
+            parallel: false,
+        }
+    }
+
+    /// Like [`MergingCursor::new`], seeking children in parallel.
+    pub(crate) fn new_parallel(children: Vec<Box<dyn Cursor + 'a>>) -> Self {
+        MergingCursor {
+            parallel: children.len() > 1,
+            ..MergingCursor::new(children)
+        }
+    }
+
+    /// Applies a seek to every child.
+    fn each(
+        &mut self,
+        f: impl Fn(&mut Box<dyn Cursor + 'a>) -> Result<()> + Sync + Send,
+    ) -> Result<()> {
+        if self.parallel {
+            self.children.par_iter_mut().try_for_each(f)
+        } else {
+            self.children.iter_mut().try_for_each(f)
         }
     }
 
@@ -88,41 +152,37 @@ impl Cursor for MergingCursor<'_> {
         self.children[self.current.expect("valid cursor")].key()
     }
 
-    fn value(&self) -> Option<&Bytes> {
-        self.children[self.current.expect("valid cursor")].value()
+    fn value_ref(&self) -> ValueRef {
+        self.children[self.current.expect("valid cursor")].value_ref()
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.children[self.current.expect("valid cursor")].is_tombstone()
     }
 
     fn seek_to_first(&mut self) -> Result<()> {
-        for c in &mut self.children {
-            c.seek_to_first()?;
-        }
+        self.each(|c| c.seek_to_first())?;
         self.direction = Direction::Forward;
         self.pick_smallest();
         Ok(())
     }
 
     fn seek_to_last(&mut self) -> Result<()> {
-        for c in &mut self.children {
-            c.seek_to_last()?;
-        }
+        self.each(|c| c.seek_to_last())?;
         self.direction = Direction::Backward;
         self.pick_largest();
         Ok(())
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        for c in &mut self.children {
-            c.seek(target)?;
-        }
+        self.each(|c| c.seek(target))?;
         self.direction = Direction::Forward;
         self.pick_smallest();
         Ok(())
     }
 
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        for c in &mut self.children {
-            c.seek_for_prev(target)?;
-        }
+        self.each(|c| c.seek_for_prev(target))?;
         self.direction = Direction::Backward;
         self.pick_largest();
         Ok(())
@@ -201,8 +261,14 @@ impl Cursor for VecCursor {
     fn key(&self) -> &[u8] {
         &self.entries[self.pos.unwrap()].0
     }
-    fn value(&self) -> Option<&Bytes> {
-        self.entries[self.pos.unwrap()].1.as_ref()
+    fn value_ref(&self) -> ValueRef {
+        match &self.entries[self.pos.unwrap()].1 {
+            Some(v) => ValueRef::Inline(v.clone()),
+            None => ValueRef::Tombstone,
+        }
+    }
+    fn is_tombstone(&self) -> bool {
+        self.entries[self.pos.unwrap()].1.is_none()
     }
     fn seek_to_first(&mut self) -> Result<()> {
         self.pos = (!self.entries.is_empty()).then_some(0);
@@ -317,7 +383,9 @@ mod tests {
                 prop_assert_eq!(m.valid(), pos.is_some());
                 if let Some(p) = pos {
                     prop_assert_eq!(m.key(), keys[p].as_slice());
-                    prop_assert_eq!(m.value().map(|v| v[0]), model[keys[p]]);
+                    let v = m.value_ref().load(keys[p]).unwrap();
+                    prop_assert_eq!(v.map(|v| v[0]), model[keys[p]]);
+                    prop_assert_eq!(m.is_tombstone(), model[keys[p]].is_none());
                 }
             }
         }

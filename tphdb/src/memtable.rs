@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use crossbeam_skiplist::SkipMap;
 
-use crate::cursor::Cursor;
+use crate::cursor::{Cursor, ValueRef};
 use crate::error::Result;
 
 /// Skiplist key: user key ascending, then sequence number descending, so the
@@ -216,8 +216,15 @@ impl Cursor for MemCursor {
         &self.current.as_ref().expect("valid cursor").0
     }
 
-    fn value(&self) -> Option<&Bytes> {
-        self.current.as_ref().expect("valid cursor").1.as_ref()
+    fn value_ref(&self) -> ValueRef {
+        match &self.current.as_ref().expect("valid cursor").1 {
+            Some(v) => ValueRef::Inline(v.clone()),
+            None => ValueRef::Tombstone,
+        }
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.current.as_ref().expect("valid cursor").1.is_none()
     }
 
     fn seek_to_first(&mut self) -> Result<()> {
@@ -299,7 +306,8 @@ mod tests {
                 c.seek_to_first().unwrap();
             }
             while c.valid() {
-                out.push((c.key().to_vec(), c.value().map(|v| v.to_vec())));
+                let v = c.value_ref().load(c.key()).unwrap();
+                out.push((c.key().to_vec(), v.map(|v| v.to_vec())));
                 if backwards {
                     c.prev().unwrap();
                 } else {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use tphdb::fs::MemFs;
+use tphdb::fs::{MemFs, ReadMode};
 use tphdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, DB};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -17,6 +17,8 @@ enum Mode {
     Leveled,
     OneLevel,
     SingleTier,
+    /// Leveled, reading with pread: iterators seek and load in parallel.
+    ParallelReads,
 }
 
 fn options(mode: Mode, fs: &MemFs) -> Options {
@@ -32,6 +34,12 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         single_tier: matches!(mode, Mode::SingleTier),
         background_threads: 2,
         page_size: 512,
+        read_mode: if matches!(mode, Mode::ParallelReads) {
+            ReadMode::Pread
+        } else {
+            ReadMode::Mmap
+        },
+        scan_io_threads: 4,
         file_system: Some(Arc::new(fs.clone())),
         ..Options::default()
     }
@@ -44,6 +52,7 @@ enum Op {
     Batch(Vec<(u16, Option<u16>)>),
     Get(u16),
     Scan(Option<u16>, bool),
+    Raw(Vec<Move>, Option<(u16, u16)>),
     Snapshot,
     Flush,
     Compact,
@@ -61,6 +70,93 @@ fn value(k: u16, v: u16) -> Vec<u8> {
     s
 }
 
+#[derive(Clone, Debug)]
+enum Move {
+    First,
+    Last,
+    Seek(u16),
+    SeekForPrev(u16),
+    Next,
+    Prev,
+}
+
+fn moves() -> impl Strategy<Value = Vec<Move>> {
+    let m = prop_oneof![
+        1 => Just(Move::First),
+        1 => Just(Move::Last),
+        2 => any::<u16>().prop_map(Move::Seek),
+        2 => any::<u16>().prop_map(Move::SeekForPrev),
+        6 => Just(Move::Next),
+        4 => Just(Move::Prev),
+    ];
+    prop::collection::vec(m, 1..60)
+}
+
+/// Random raw-iterator moves, with optional bounds, against the model.
+fn check_raw(db: &DB, model: &Model, moves: &[Move], bounds: Option<(u16, u16)>) {
+    let (lo, hi) = match bounds {
+        Some((a, b)) => {
+            let (a, b) = (key(a.min(b)), key(a.max(b)));
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    };
+    let opts = ReadOptions {
+        lower_bound: lo.clone(),
+        upper_bound: hi.clone(),
+        ..ReadOptions::default()
+    };
+    let keys: Vec<&Vec<u8>> = model
+        .keys()
+        .filter(|k| lo.as_ref().is_none_or(|l| *k >= l) && hi.as_ref().is_none_or(|h| *k < h))
+        .collect();
+    let mut it = db.raw_iterator_opt(opts);
+    let mut pos: Option<usize> = None;
+    for m in moves {
+        match m {
+            Move::First => {
+                it.seek_to_first();
+                pos = (!keys.is_empty()).then_some(0);
+            }
+            Move::Last => {
+                it.seek_to_last();
+                pos = keys.len().checked_sub(1);
+            }
+            Move::Seek(k) => {
+                let t = key(*k);
+                it.seek(&t);
+                let i = keys.partition_point(|x| **x < t);
+                pos = (i < keys.len()).then_some(i);
+            }
+            Move::SeekForPrev(k) => {
+                let t = key(*k);
+                it.seek_for_prev(&t);
+                pos = keys.partition_point(|x| **x <= t).checked_sub(1);
+            }
+            Move::Next => {
+                if pos.is_none() {
+                    continue;
+                }
+                it.next();
+                pos = pos.map(|p| p + 1).filter(|&p| p < keys.len());
+            }
+            Move::Prev => {
+                if pos.is_none() {
+                    continue;
+                }
+                it.prev();
+                pos = pos.and_then(|p| p.checked_sub(1));
+            }
+        }
+        it.status().unwrap();
+        assert_eq!(it.valid(), pos.is_some(), "after {m:?}");
+        if let Some(p) = pos {
+            assert_eq!(it.key(), Some(keys[p].as_slice()), "after {m:?}");
+            assert_eq!(it.value(), Some(model[keys[p]].as_slice()));
+        }
+    }
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         30 => (any::<u16>(), any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)),
@@ -68,6 +164,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => prop::collection::vec((any::<u16>(), prop::option::weighted(0.8, any::<u16>())), 1..20).prop_map(Op::Batch),
         10 => any::<u16>().prop_map(Op::Get),
         3 => (prop::option::of(any::<u16>()), any::<bool>()).prop_map(|(s, r)| Op::Scan(s, r)),
+        2 => (moves(), prop::option::weighted(0.3, (any::<u16>(), any::<u16>()))).prop_map(|(m, b)| Op::Raw(m, b)),
         2 => Just(Op::Snapshot),
         2 => Just(Op::Flush),
         1 => Just(Op::Compact),
@@ -152,6 +249,7 @@ fn run(mode: Mode, ops: Vec<Op>) {
                 "get {k}"
             ),
             Op::Scan(start, reverse) => check_scan(d, &model, start, reverse),
+            Op::Raw(moves, bounds) => check_raw(d, &model, &moves, bounds),
             Op::Snapshot => {
                 // Take a snapshot, write on, and check it still sees its time.
                 let snap = d.snapshot();
@@ -211,6 +309,11 @@ proptest! {
     #[test]
     fn one_level_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
         run(Mode::OneLevel, ops);
+    }
+
+    #[test]
+    fn parallel_reads_match_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::ParallelReads, ops);
     }
 
     #[test]

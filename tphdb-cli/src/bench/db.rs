@@ -74,6 +74,9 @@ pub struct DbArgs {
     /// Seconds of fio (0 or missing fio: skipped).
     #[arg(long, default_value_t = 5)]
     pub fio_seconds: u32,
+    /// Keys read after each seek (seekrandom).
+    #[arg(long, default_value_t = 100)]
+    pub scan_length: usize,
     /// MiB of unflushed writes left in the WAL for the `open` workload.
     #[arg(long, default_value_t = 64)]
     pub wal_mb: u64,
@@ -86,6 +89,7 @@ pub enum DbWorkload {
     ReadRandom,
     ReadMissing,
     ReadWhileWriting,
+    SeekRandom,
     Open,
 }
 
@@ -97,6 +101,7 @@ impl DbWorkload {
             DbWorkload::ReadRandom => "readrandom",
             DbWorkload::ReadMissing => "readmissing",
             DbWorkload::ReadWhileWriting => "readwhilewriting",
+            DbWorkload::SeekRandom => "seekrandom",
             DbWorkload::Open => "open",
         }
     }
@@ -454,6 +459,67 @@ pub fn run(w: DbWorkload, a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
             if a.direct_io && w == DbWorkload::ReadRandom {
                 disk_rows(&mut report, &path, &a, ops_per_sec);
             }
+        }
+        DbWorkload::SeekRandom => {
+            {
+                let db = DB::open(&opts, &path)?;
+                load(&db, &a, &permutation(a.keys, 1), &values, 1, "load");
+                db.flush()?;
+                db.wait_for_compactions()?;
+                db.close()?;
+            }
+            let db = DB::open(&opts, &path)?;
+            let rngs: Vec<std::sync::Mutex<fastrand::Rng>> = (0..a.threads.max(1))
+                .map(|t| std::sync::Mutex::new(fastrand::Rng::with_seed(200 + t as u64)))
+                .collect();
+            let keys_read = AtomicU64::new(0);
+            let scans = ops.min(a.keys);
+            let phase = run_phase(w.name(), a.threads, scans, limit, &|t, _| {
+                let k = rngs[t].lock().expect("rng").u64(..a.keys);
+                let mut it = db.raw_iterator();
+                it.seek(key(k, a.key_size));
+                let mut n = 0;
+                while it.valid() && n < a.scan_length {
+                    black_box(it.value());
+                    it.next();
+                    n += 1;
+                }
+                it.status().expect("scan");
+                keys_read.fetch_add(n as u64, Ordering::Relaxed);
+            });
+            let st = db.stats();
+            let keys_per_sec =
+                keys_read.load(Ordering::Relaxed) as f64 / phase.elapsed.as_secs_f64();
+            report.param("scan_length", a.scan_length);
+            report.result(
+                "tphdb",
+                vec![
+                    ("ops_per_sec", json!(round(phase.ops_per_sec(), 0))),
+                    ("keys_per_sec", json!(round(keys_per_sec, 0))),
+                    ("avg_us", json!(round(phase.hist.mean() / 1000.0, 1))),
+                    (
+                        "p50_us",
+                        json!(round(phase.hist.value_at_quantile(0.5) as f64 / 1000.0, 1)),
+                    ),
+                    (
+                        "p99_us",
+                        json!(round(phase.hist.value_at_quantile(0.99) as f64 / 1000.0, 1)),
+                    ),
+                    ("ops", json!(phase.ops)),
+                    (
+                        "disk_bytes_per_scan",
+                        json!(st.disk_bytes_read / phase.ops.max(1)),
+                    ),
+                    (
+                        "index_bytes_per_key",
+                        json!(round(
+                            st.index_memory_bytes as f64 / a.keys.max(1) as f64,
+                            3
+                        )),
+                    ),
+                    ("throughput_per_sec", json!(phase.per_second)),
+                ],
+            );
         }
         DbWorkload::Open => {
             {

@@ -33,6 +33,8 @@ enum Workload {
     Readmissing(db::DbArgs),
     /// Point reads while one thread overwrites.
     Readwhilewriting(db::DbArgs),
+    /// A seek to a random key, then --scan-length keys.
+    Seekrandom(db::DbArgs),
     /// Time to reopen a loaded database, with and without a WAL to replay.
     Open(db::DbArgs),
 }
@@ -46,6 +48,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         Workload::Readrandom(a) => db::run(db::DbWorkload::ReadRandom, a),
         Workload::Readmissing(a) => db::run(db::DbWorkload::ReadMissing, a),
         Workload::Readwhilewriting(a) => db::run(db::DbWorkload::ReadWhileWriting, a),
+        Workload::Seekrandom(a) => db::run(db::DbWorkload::SeekRandom, a),
         Workload::Open(a) => db::run(db::DbWorkload::Open, a),
     }
 }

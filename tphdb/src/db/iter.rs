@@ -1,16 +1,18 @@
 //! Iterators over the database: memtables and every TPH merged in key order.
 
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use rayon::prelude::*;
 
 use super::read::Snapshot;
 use super::SuperVersion;
-use crate::cursor::{Cursor, MergingCursor};
+use crate::cursor::{Cursor, MergingCursor, ValueRef};
 use crate::error::{Error, Result};
 use crate::memtable::MemCursor;
-use crate::tph::TphCursor;
+use crate::tph::{PieceFile, TphCursor};
 
 /// Options of a read.
 #[derive(Default)]
@@ -56,30 +58,118 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// Entries read ahead after a seek; doubled on every refill up to
+/// [`MAX_BATCH`], like readahead, so a short scan does not pay for a long one.
+const FIRST_BATCH: usize = 4;
+const MAX_BATCH: usize = 64;
+
 /// A cursor over the database with explicit seeks and steps, skipping
 /// deleted keys. Errors make it invalid; see [`DBRawIterator::status`].
+///
+/// Keys come from the memtables and the pieces' key chunks; values are read
+/// ahead in batches: the next entries in the direction of travel are
+/// collected, each block they live in is read once, and the blocks of a
+/// batch are read in parallel.
 pub struct DBRawIterator<'a> {
+    /// Positioned on the first entry not yet in `window`.
     cursor: MergingCursor<'static>,
+    /// Parallel reads, when the read mode blocks on the device.
+    io: Option<Arc<rayon::ThreadPool>>,
+    /// Loaded entries in the order they will be visited; the front is the
+    /// current one.
+    window: VecDeque<(Bytes, Bytes)>,
+    forward: bool,
+    batch: usize,
     lower: Option<Vec<u8>>,
     upper: Option<Vec<u8>>,
-    valid: bool,
     error: Option<Error>,
     _db: PhantomData<&'a ()>,
+}
+
+/// Reads the values of `refs`, each distinct block once, in parallel.
+fn load_values(
+    io: Option<&rayon::ThreadPool>,
+    refs: Vec<(Bytes, ValueRef)>,
+) -> Result<Vec<(Bytes, Bytes)>> {
+    let mut blocks: HashMap<(u64, u64), (Arc<PieceFile>, Vec<usize>)> = HashMap::new();
+    let mut values: Vec<Option<Bytes>> = vec![None; refs.len()];
+    for (i, (_, r)) in refs.iter().enumerate() {
+        match r {
+            ValueRef::Inline(v) => values[i] = Some(v.clone()),
+            ValueRef::Tombstone => unreachable!("tombstones are skipped before loading"),
+            ValueRef::InPiece(p, slot) => {
+                let (b, _) = p.block_of(*slot);
+                blocks
+                    .entry((p.number(), b))
+                    .or_insert_with(|| (p.clone(), Vec::new()))
+                    .1
+                    .push(i);
+            }
+        }
+    }
+    let read = |(p, wanted): &(Arc<PieceFile>, Vec<usize>)| -> Result<Vec<(usize, Bytes)>> {
+        let (b, _) = p.block_of(match &refs[wanted[0]].1 {
+            ValueRef::InPiece(_, s) => *s,
+            _ => unreachable!("grouped from pieces"),
+        });
+        let block = p.read_block(b)?;
+        wanted
+            .iter()
+            .map(|&i| {
+                let ValueRef::InPiece(_, slot) = &refs[i].1 else {
+                    unreachable!("grouped from pieces")
+                };
+                match block.entry(p.block_of(*slot).1)? {
+                    Some(e) if e.key == refs[i].0 => Ok((i, e.value.unwrap_or_default())),
+                    _ => Err(Error::corruption(
+                        format!("slot {slot}"),
+                        "the key the key index names",
+                        "another key",
+                    )
+                    .at(p.name())),
+                }
+            })
+            .collect()
+    };
+    let groups: Vec<&(Arc<PieceFile>, Vec<usize>)> = blocks.values().collect();
+    let loaded: Vec<Vec<(usize, Bytes)>> = match io {
+        Some(io) if groups.len() > 1 => {
+            io.install(|| groups.into_par_iter().map(read).collect::<Result<_>>())?
+        }
+        _ => groups.into_iter().map(read).collect::<Result<_>>()?,
+    };
+    for (i, v) in loaded.into_iter().flatten() {
+        values[i] = Some(v);
+    }
+    Ok(refs
+        .into_iter()
+        .zip(values)
+        .map(|((k, _), v)| (k, v.expect("every value loaded")))
+        .collect())
 }
 
 impl<'a> DBRawIterator<'a> {
     pub(crate) fn new(
         sv: &Arc<SuperVersion>,
         seq: u64,
+        io: Option<Arc<rayon::ThreadPool>>,
         opts: ReadOptions<'_>,
     ) -> DBRawIterator<'a> {
+        let parallel = io.is_some();
+        let merge = |c: Vec<Box<dyn Cursor>>| {
+            if parallel {
+                MergingCursor::new_parallel(c)
+            } else {
+                MergingCursor::new(c)
+            }
+        };
         let mut error = None;
         let mut children: Vec<Box<dyn Cursor>> = Vec::new();
         children.push(Box::new(MemCursor::new(sv.mem.clone(), seq)));
         for m in &sv.imms {
             children.push(Box::new(MemCursor::new(m.clone(), seq)));
         }
-        let mut tph_cursor = |t: &Arc<crate::tph::Tph>| match TphCursor::new(t) {
+        let mut tph_cursor = |t: &Arc<crate::tph::Tph>| match TphCursor::new(t, parallel) {
             Ok(c) => Some(Box::new(c) as Box<dyn Cursor>),
             Err(e) => {
                 error.get_or_insert(e);
@@ -94,62 +184,87 @@ impl<'a> DBRawIterator<'a> {
             // level in key order.
             let parts: Vec<Box<dyn Cursor>> = level.values().filter_map(&mut tph_cursor).collect();
             if !parts.is_empty() {
-                children.push(Box::new(MergingCursor::new(parts)));
+                children.push(Box::new(merge(parts)));
             }
         }
         DBRawIterator {
-            cursor: MergingCursor::new(children),
+            cursor: merge(children),
+            io,
+            window: VecDeque::new(),
+            forward: true,
+            batch: FIRST_BATCH,
             lower: opts.lower_bound,
             upper: opts.upper_bound,
-            valid: false,
             error,
             _db: PhantomData,
         }
     }
 
-    fn settle(&mut self, r: Result<()>, forward: bool) {
-        self.valid = false;
+    /// Runs a cursor move on the I/O pool (seeks fan out to every piece).
+    fn moved(
+        &mut self,
+        forward: bool,
+        m: impl FnOnce(&mut MergingCursor<'static>) -> Result<()> + Send,
+    ) {
+        self.window.clear();
+        self.forward = forward;
+        self.batch = FIRST_BATCH;
         if self.error.is_some() {
             return;
         }
-        let r = r.and_then(|()| {
-            while self.cursor.valid() && self.cursor.value().is_none() {
-                if forward {
-                    self.cursor.next()?;
-                } else {
-                    self.cursor.prev()?;
-                }
-            }
-            Ok(())
-        });
+        let cursor = &mut self.cursor;
+        let r = match &self.io {
+            Some(io) => io.install(|| m(cursor)),
+            None => m(cursor),
+        };
+        let r = r.and_then(|()| self.fill());
         if let Err(e) = r {
+            self.window.clear();
             self.error = Some(e);
-            return;
         }
-        self.valid = self.cursor.valid()
-            && self.upper.as_deref().is_none_or(|u| self.cursor.key() < u)
-            && self.lower.as_deref().is_none_or(|l| self.cursor.key() >= l);
+    }
+
+    /// Loads the next batch of live entries in the direction of travel.
+    fn fill(&mut self) -> Result<()> {
+        let mut pending: Vec<(Bytes, ValueRef)> = Vec::with_capacity(self.batch);
+        while pending.len() < self.batch && self.cursor.valid() {
+            let k = self.cursor.key();
+            let out = if self.forward {
+                self.upper.as_deref().is_some_and(|u| k >= u)
+            } else {
+                self.lower.as_deref().is_some_and(|l| k < l)
+            };
+            if out {
+                break;
+            }
+            if !self.cursor.is_tombstone() {
+                pending.push((Bytes::copy_from_slice(k), self.cursor.value_ref()));
+            }
+            if self.forward {
+                self.cursor.next()?;
+            } else {
+                self.cursor.prev()?;
+            }
+        }
+        self.batch = (self.batch * 2).min(MAX_BATCH);
+        self.window
+            .extend(load_values(self.io.as_deref(), pending)?);
+        Ok(())
     }
 
     /// True when positioned on a key.
     pub fn valid(&self) -> bool {
-        self.valid
+        !self.window.is_empty()
     }
 
     /// The current key.
     pub fn key(&self) -> Option<&[u8]> {
-        self.valid.then(|| self.cursor.key())
+        self.window.front().map(|(k, _)| &k[..])
     }
 
     /// The current value.
     pub fn value(&self) -> Option<&[u8]> {
-        self.valid
-            .then(|| self.cursor.value().map(|v| &v[..]))
-            .flatten()
-    }
-
-    pub(crate) fn value_bytes(&self) -> Option<Bytes> {
-        self.valid.then(|| self.cursor.value().cloned()).flatten()
+        self.window.front().map(|(_, v)| &v[..])
     }
 
     /// The error that stopped the iterator, if any.
@@ -162,25 +277,26 @@ impl<'a> DBRawIterator<'a> {
 
     /// Moves to the first key (within the bounds).
     pub fn seek_to_first(&mut self) {
-        let r = match self.lower.clone() {
-            Some(l) => self.cursor.seek(&l),
-            None => self.cursor.seek_to_first(),
-        };
-        self.settle(r, true);
+        let lower = self.lower.clone();
+        self.moved(true, |c| match lower {
+            Some(l) => c.seek(&l),
+            None => c.seek_to_first(),
+        });
     }
 
     /// Moves to the last key (within the bounds).
     pub fn seek_to_last(&mut self) {
-        let r = match self.upper.clone() {
-            Some(u) => self.cursor.seek_for_prev(&u).and_then(|()| {
-                if self.cursor.valid() && self.cursor.key() >= u.as_slice() {
-                    self.cursor.prev()?;
+        let upper = self.upper.clone();
+        self.moved(false, |c| match upper {
+            Some(u) => {
+                c.seek_for_prev(&u)?;
+                if c.valid() && c.key() >= u.as_slice() {
+                    c.prev()?;
                 }
                 Ok(())
-            }),
-            None => self.cursor.seek_to_last(),
-        };
-        self.settle(r, false);
+            }
+            None => c.seek_to_last(),
+        });
     }
 
     /// Moves to the first key `>= key`.
@@ -190,8 +306,7 @@ impl<'a> DBRawIterator<'a> {
             Some(l) if l.as_slice() > key => l.clone(),
             _ => key.to_vec(),
         };
-        let r = self.cursor.seek(&target);
-        self.settle(r, true);
+        self.moved(true, |c| c.seek(&target));
     }
 
     /// Moves to the last key `<= key`.
@@ -200,24 +315,59 @@ impl<'a> DBRawIterator<'a> {
         if self.upper.as_deref().is_some_and(|u| key >= u) {
             return self.seek_to_last();
         }
-        let r = self.cursor.seek_for_prev(key);
-        self.settle(r, false);
+        let key = key.to_vec();
+        self.moved(false, |c| c.seek_for_prev(&key));
     }
 
     /// Moves to the next key.
     pub fn next(&mut self) {
-        if self.valid {
-            let r = self.cursor.next();
-            self.settle(r, true);
+        let Some((current, _)) = self.window.front().cloned() else {
+            return;
+        };
+        if self.forward {
+            self.window.pop_front();
+            if self.window.is_empty() {
+                if let Err(e) = self.fill() {
+                    self.error = Some(e);
+                }
+            }
+        } else {
+            // Turn around: the cursor is ahead of the window, behind us.
+            self.moved(true, |c| {
+                c.seek(&current)?;
+                if c.valid() && c.key() == &current[..] {
+                    c.next()?;
+                }
+                Ok(())
+            });
         }
     }
 
     /// Moves to the previous key.
     pub fn prev(&mut self) {
-        if self.valid {
-            let r = self.cursor.prev();
-            self.settle(r, false);
+        let Some((current, _)) = self.window.front().cloned() else {
+            return;
+        };
+        if !self.forward {
+            self.window.pop_front();
+            if self.window.is_empty() {
+                if let Err(e) = self.fill() {
+                    self.error = Some(e);
+                }
+            }
+        } else {
+            self.moved(false, |c| {
+                c.seek_for_prev(&current)?;
+                if c.valid() && c.key() == &current[..] {
+                    c.prev()?;
+                }
+                Ok(())
+            });
         }
+    }
+
+    pub(crate) fn current(&self) -> Option<(Bytes, Bytes)> {
+        self.window.front().cloned()
     }
 }
 
@@ -257,18 +407,22 @@ impl<'a> DBIterator<'a> {
 
     /// Repositions the iterator as if created with `mode`.
     pub fn set_mode(&mut self, mode: IteratorMode<'_>) {
-        let raw = std::mem::replace(&mut self.raw, unreachable_raw());
+        let io = self.raw.io.clone();
+        let raw = std::mem::replace(&mut self.raw, unreachable_raw(io));
         *self = DBIterator::new(raw, mode);
     }
 }
 
 /// A placeholder raw iterator (no sources) used while swapping.
-fn unreachable_raw<'a>() -> DBRawIterator<'a> {
+fn unreachable_raw<'a>(io: Option<Arc<rayon::ThreadPool>>) -> DBRawIterator<'a> {
     DBRawIterator {
         cursor: MergingCursor::new(Vec::new()),
+        io,
+        window: VecDeque::new(),
+        forward: true,
+        batch: FIRST_BATCH,
         lower: None,
         upper: None,
-        valid: false,
         error: None,
         _db: PhantomData,
     }
@@ -300,12 +454,12 @@ impl Iterator for DBIterator<'_> {
         } else {
             self.raw.prev();
         }
-        if !self.raw.valid() {
-            self.done = true;
-            return self.raw.error.take().map(Err);
+        match self.raw.current() {
+            Some(kv) => Some(Ok(kv)),
+            None => {
+                self.done = true;
+                self.raw.error.take().map(Err)
+            }
         }
-        let key = Bytes::copy_from_slice(self.raw.key().expect("valid"));
-        let value = self.raw.value_bytes().expect("valid iterators hold values");
-        Some(Ok((key, value)))
     }
 }

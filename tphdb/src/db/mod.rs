@@ -99,6 +99,9 @@ pub(crate) struct Inner {
     pub(crate) visible_seq: AtomicU64,
     pub(crate) stats: Stats,
     pub(crate) pool: rayon::ThreadPool,
+    /// Threads for the parallel reads of scans; only for read modes that
+    /// block on the device (with mmap, pages are mostly in memory).
+    pub(crate) io_pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) shutting_down: AtomicBool,
     sync_thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -323,7 +326,7 @@ impl DB {
             Some(s) => (s.sv.clone(), s.seq),
             None => self.inner.read_view(),
         };
-        DBRawIterator::new(&sv, seq, opts)
+        DBRawIterator::new(&sv, seq, self.inner.io_pool.clone(), opts)
     }
 
     /// Flushes the memtables to TPHs and waits for it.

@@ -201,6 +201,16 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         .thread_name(|i| format!("tphdb-bg-{i}"))
         .build()
         .map_err(|e| Error::io("starting background threads", std::io::Error::other(e)))?;
+    let io_pool = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
+        None
+    } else {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.scan_io_threads)
+            .thread_name(|i| format!("tphdb-io-{i}"))
+            .build()
+            .map_err(|e| Error::io("starting I/O threads", std::io::Error::other(e)))?;
+        Some(Arc::new(pool))
+    };
     let st = State {
         mem: mem.clone(),
         imms,
@@ -244,6 +254,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         visible_seq: AtomicU64::new(last_seq),
         stats,
         pool,
+        io_pool,
         shutting_down: AtomicBool::new(false),
         sync_thread: Mutex::new(None),
     });

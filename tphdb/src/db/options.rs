@@ -67,11 +67,18 @@ pub struct Options {
     pub phf_kind: PhfKind,
     /// Perfect hash table size over key count (paper: 1.1).
     pub phf_table_factor: f64,
-    /// Signature bits per global-index slot (paper: 8): an absent key costs
-    /// a read with probability `2^-bits` per TPH consulted.
+    /// Signature bits per global-index slot. An absent key costs a read with
+    /// probability `2^-bits` per TPH consulted, and a lookup consults every
+    /// level-0 TPH and one TPH per level: the paper's 8 bits let several
+    /// TPHs add up past 1% extra reads, 10 bits keep them under it for
+    /// about 0.27 more index bytes per key.
     pub signature_bits: u32,
     /// Threads for flushes and compactions (a fixed pool).
     pub background_threads: usize,
+    /// Threads iterators use to read blocks and seek pieces in parallel
+    /// with the `Pread` and `Direct` read modes (reads block, so more
+    /// threads than cores keep more reads in flight). Unused with `Mmap`.
+    pub scan_io_threads: usize,
     /// Block size target of pieces.
     pub page_size: usize,
     /// Start a new MANIFEST past this size.
@@ -105,8 +112,9 @@ impl Default for Options {
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
-            signature_bits: 8,
+            signature_bits: 10,
             background_threads: 2,
+            scan_io_threads: 16,
             page_size: 4096,
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,

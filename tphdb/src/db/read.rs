@@ -73,7 +73,12 @@ impl<'a> Snapshot<'a> {
 
     /// A raw cursor over the snapshot.
     pub fn raw_iterator(&self) -> DBRawIterator<'_> {
-        DBRawIterator::new(&self.sv, self.seq, ReadOptions::default())
+        DBRawIterator::new(
+            &self.sv,
+            self.seq,
+            self.db.inner.io_pool.clone(),
+            ReadOptions::default(),
+        )
     }
 
     /// The sequence number the snapshot reads at.

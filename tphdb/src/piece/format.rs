@@ -20,8 +20,8 @@ pub(crate) enum SectionId {
     BlockIndex = 3,
     Overflow = 4,
     Hashes = 5,
-    KeyOrder = 6,
-    Samples = 7,
+    KeyChunks = 6,
+    ChunkIndex = 7,
 }
 
 impl SectionId {
@@ -31,8 +31,8 @@ impl SectionId {
         SectionId::BlockIndex,
         SectionId::Overflow,
         SectionId::Hashes,
-        SectionId::KeyOrder,
-        SectionId::Samples,
+        SectionId::KeyChunks,
+        SectionId::ChunkIndex,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -42,8 +42,8 @@ impl SectionId {
             SectionId::BlockIndex => "block index",
             SectionId::Overflow => "overflow",
             SectionId::Hashes => "key hashes",
-            SectionId::KeyOrder => "key order",
-            SectionId::Samples => "key samples",
+            SectionId::KeyChunks => "key chunks",
+            SectionId::ChunkIndex => "key chunk index",
         }
     }
 }

@@ -228,6 +228,22 @@ impl PieceReader {
         self.decode_block(b, bytes)
     }
 
+    /// `len` bytes at `offset` of the file (one read).
+    pub(crate) fn read_range(&self, offset: u64, len: usize) -> Result<Bytes> {
+        self.file.read_at(offset, len).map_err(|e| e.at(&self.name))
+    }
+
+    /// The entry in `slot`, if any: one read.
+    pub(crate) fn entry_in_slot(&self, slot: u64) -> Result<Option<Entry>> {
+        self.entry_counted(slot, &mut ReadCount::default())
+    }
+
+    /// Which block holds `slot`, and where in it.
+    pub(crate) fn block_of(&self, slot: u64) -> (u64, usize) {
+        let k = self.props.slots_per_block as u64;
+        (slot / k, (slot % k) as usize)
+    }
+
     /// The entry in `slot`, if any: one read, added to `count`.
     fn entry_counted(&self, slot: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
         let k = self.props.slots_per_block as u64;
@@ -237,10 +253,6 @@ impl PieceReader {
         self.read_block(b)?
             .entry((slot % k) as usize)
             .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
-    }
-
-    pub(crate) fn slots_per_block(&self) -> u64 {
-        self.props.slots_per_block as u64
     }
 
     fn section(&self, id: SectionId) -> Result<Bytes> {
@@ -302,10 +314,14 @@ impl PieceReader {
         if let Some(s) = self.sorted.get() {
             return Ok(s.clone());
         }
-        let order = self.section(SectionId::KeyOrder)?;
-        let samples = self.section(SectionId::Samples)?;
-        let index =
-            SortedIndex::decode(&order, &samples, &self.props).map_err(|e| e.at(&self.name))?;
+        let index = self.section(SectionId::ChunkIndex)?;
+        let chunks = self
+            .sections
+            .iter()
+            .find(|s| s.id == SectionId::KeyChunks as u32)
+            .expect("decode_directory checked that every required section exists");
+        let index = SortedIndex::decode(&index, chunks.offset, chunks.len, &self.props)
+            .map_err(|e| e.at(&self.name))?;
         Ok(self.sorted.get_or_init(|| Arc::new(index)).clone())
     }
 

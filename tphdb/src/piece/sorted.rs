@@ -1,135 +1,268 @@
-//! The key-order (reverse) index of a piece and a cursor over it (§3.3 Scan).
+//! The key-order index of a piece and a cursor over it (§3.3 Scan).
 //!
-//! The index lists the slot of every entry in bytewise key order, and keeps
-//! the key at every `SAMPLE_INTERVAL`-th position, so a seek is a binary
-//! search over the samples in memory followed by one over at most 64
-//! entries read from disk.
+//! Entries are listed in bytewise key order in chunks of `SAMPLE_INTERVAL`
+//! keys. A chunk holds, per entry, a tombstone flag, the key
+//! (prefix-compressed against the previous key of the chunk) and the slot,
+//! and ends with its own CRC32C, so one chunk is one read. The chunk index
+//! (kept in memory once a scan touches the piece) holds where each chunk
+//! starts and its first key, the paper's sample every 64 keys. A seek is a
+//! binary search over the first keys and one chunk read; stepping through
+//! keys reads the next chunk every 64 keys; values are read only on demand.
 
 use std::ops::Deref;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::block::Block;
-use super::entry::Entry;
+use super::entry::{Entry, EntryRef};
 use super::format::PieceProperties;
 use super::reader::PieceReader;
 use super::writer::SAMPLE_INTERVAL;
 use crate::error::{Error, Result};
-use crate::util::codec::{u32_at, Decoder};
+use crate::util::checksum_matches;
+use crate::util::codec::{u64_at, Decoder, PutExt};
 
+const FLAG_TOMBSTONE: u8 = 1;
+
+/// Encodes the key chunks and the chunk index of `entries` listed in
+/// `key_order`, where `slot_of[i]` is the slot of entry `i`.
+pub(crate) fn encode_key_index(
+    entries: &[EntryRef<'_>],
+    key_order: &[u32],
+    slot_of: &[u32],
+    chunks: &mut Vec<u8>,
+    index: &mut Vec<u8>,
+) -> Result<()> {
+    let count = key_order.len().div_ceil(SAMPLE_INTERVAL);
+    let mut offsets = Vec::with_capacity(count + 1);
+    let mut first_keys: Vec<&[u8]> = Vec::with_capacity(count);
+    for chunk in key_order.chunks(SAMPLE_INTERVAL) {
+        let start = chunks.len();
+        offsets.push(start as u64);
+        first_keys.push(entries[chunk[0] as usize].key);
+        let mut prev: &[u8] = &[];
+        for &i in chunk {
+            let e = &entries[i as usize];
+            let shared = prev.iter().zip(e.key).take_while(|(a, b)| a == b).count();
+            chunks.push(if e.value.is_none() { FLAG_TOMBSTONE } else { 0 });
+            chunks.put_varint(shared as u64);
+            chunks.put_varint((e.key.len() - shared) as u64);
+            chunks.extend_from_slice(&e.key[shared..]);
+            chunks.put_u32(slot_of[i as usize]);
+            prev = e.key;
+        }
+        let crc = crc32c::crc32c(&chunks[start..]);
+        chunks.put_u32(crc);
+    }
+    offsets.push(chunks.len() as u64);
+    index.put_u32(count as u32);
+    for &o in &offsets {
+        index.put_u64(o);
+    }
+    let mut at = 0u64;
+    index.put_u32(0);
+    for k in &first_keys {
+        at += k.len() as u64;
+        let at = u32::try_from(at)
+            .map_err(|_| Error::InvalidArgument("sampled keys of one piece exceed 4 GiB".into()))?;
+        index.put_u32(at);
+    }
+    for k in &first_keys {
+        index.extend_from_slice(k);
+    }
+    Ok(())
+}
+
+/// The in-memory part of the key-order index: where chunks are and their
+/// first keys.
 #[derive(Debug)]
 pub(crate) struct SortedIndex {
-    /// Slot of the entry at each key-order position.
-    order: Vec<u32>,
-    /// Concatenated sample keys and where each starts (plus the end).
-    sample_keys: Bytes,
-    sample_offsets: Vec<u32>,
+    entries: usize,
+    /// File offset of the key-chunk section.
+    chunks_at: u64,
+    /// Start of each chunk within the section, plus its end.
+    chunk_offsets: Bytes,
+    first_keys: Bytes,
+    first_key_offsets: Vec<u32>,
+    total_slots: u64,
 }
 
 impl SortedIndex {
+    /// `index` is the verified chunk-index section; the chunks section is
+    /// `chunks_len` bytes at file offset `chunks_at`.
     pub(crate) fn decode(
-        order: &[u8],
-        samples: &Bytes,
+        index: &Bytes,
+        chunks_at: u64,
+        chunks_len: u64,
         props: &PieceProperties,
     ) -> Result<SortedIndex> {
         let n = props.entry_count as usize;
-        if order.len() != n * 4 {
-            return Err(Error::corruption("key order length", n * 4, order.len()));
-        }
-        let total = props.total_slots();
-        let slots: Vec<u32> = (0..n).map(|i| u32_at(order, i)).collect();
-        // Sorting a copy, not a bitmap of `total` slots: memory stays
-        // proportional to the bytes read, whatever the properties claim.
-        let mut sorted = slots.clone();
-        sorted.sort_unstable();
-        let repeated = sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
-        if let Some(s) = repeated.or(sorted.last().copied().filter(|&s| s as u64 >= total)) {
-            return Err(Error::corruption(
-                "key order",
-                format!("distinct slots below {total}"),
-                format!("slot {s} repeated or out of range"),
-            ));
-        }
-        let mut d = Decoder::new(samples, "key samples");
+        let mut d = Decoder::new(index, "key chunk index");
         let count = d.u32()? as usize;
         if count != n.div_ceil(SAMPLE_INTERVAL) {
             return Err(Error::corruption(
-                "sample count",
+                "key chunk count",
                 n.div_ceil(SAMPLE_INTERVAL),
                 count,
             ));
         }
-        let mut offsets = Vec::with_capacity(count + 1);
+        let offsets_at = d.position();
+        let chunk_offsets = index.slice(offsets_at..offsets_at + d.bytes((count + 1) * 8)?.len());
+        let mut first_key_offsets = Vec::with_capacity(count + 1);
         for _ in 0..=count {
-            offsets.push(d.u32()?);
+            first_key_offsets.push(d.u32()?);
         }
         let keys_at = d.position();
         let keys_len = d.remaining();
-        if offsets[0] != 0
-            || offsets.windows(2).any(|w| w[0] > w[1])
-            || offsets[count] as usize != keys_len
-        {
+        let offsets_ok = (0..count)
+            .all(|i| u64_at(&chunk_offsets, i) + 4 <= u64_at(&chunk_offsets, i + 1))
+            && u64_at(&chunk_offsets, 0) == 0
+            && u64_at(&chunk_offsets, count) == chunks_len;
+        let keys_ok = first_key_offsets[0] == 0
+            && first_key_offsets.windows(2).all(|w| w[0] <= w[1])
+            && first_key_offsets[count] as usize == keys_len;
+        if !offsets_ok || !keys_ok {
             return Err(Error::corruption(
-                "sample offsets",
-                format!("increasing from 0 to {keys_len}"),
+                "key chunk index",
+                format!("increasing offsets ending at {chunks_len} and {keys_len}"),
                 "other values",
             ));
         }
         Ok(SortedIndex {
-            order: slots,
-            sample_keys: samples.slice(keys_at..),
-            sample_offsets: offsets,
+            entries: n,
+            chunks_at,
+            chunk_offsets,
+            first_keys: index.slice(keys_at..),
+            first_key_offsets,
+            total_slots: props.total_slots(),
         })
     }
 
-    fn len(&self) -> usize {
-        self.order.len()
+    fn chunk_count(&self) -> usize {
+        self.first_key_offsets.len() - 1
     }
 
-    fn sample(&self, i: usize) -> &[u8] {
-        &self.sample_keys[self.sample_offsets[i] as usize..self.sample_offsets[i + 1] as usize]
+    fn first_key(&self, c: usize) -> &[u8] {
+        &self.first_keys[self.first_key_offsets[c] as usize..self.first_key_offsets[c + 1] as usize]
     }
 
-    fn sample_count(&self) -> usize {
-        self.sample_offsets.len() - 1
+    /// Entries in chunk `c`.
+    fn chunk_len(&self, c: usize) -> usize {
+        (self.entries - c * SAMPLE_INTERVAL).min(SAMPLE_INTERVAL)
+    }
+
+    /// Reads and checks chunk `c`.
+    fn read_chunk(&self, reader: &PieceReader, c: usize) -> Result<Chunk> {
+        let (start, end) = (
+            u64_at(&self.chunk_offsets, c),
+            u64_at(&self.chunk_offsets, c + 1),
+        );
+        let raw = reader.read_range(self.chunks_at + start, (end - start) as usize)?;
+        Chunk::decode(&raw, self.chunk_len(c), self.first_key(c), self.total_slots)
+            .map_err(|e| e.at(format_args!("{} key chunk {c}", reader.name())))
     }
 }
 
-/// A position in a piece's key order. Reads the block of each entry it
-/// visits, reusing the last block read. `R` is how the reader is held
-/// (`&PieceReader`, or a shared handle).
+/// One decoded chunk: keys, slots and tombstone flags, in key order.
+#[derive(Debug)]
+struct Chunk {
+    keys: Vec<u8>,
+    /// `(end of key in keys, slot, tombstone)`.
+    items: Vec<(u32, u64, bool)>,
+}
+
+impl Chunk {
+    fn decode(raw: &[u8], count: usize, first_key: &[u8], total_slots: u64) -> Result<Chunk> {
+        let body = raw
+            .len()
+            .checked_sub(4)
+            .ok_or_else(|| Error::corruption("key chunk", "4 bytes or more", raw.len()))?;
+        let stored = u32::from_le_bytes(raw[body..].try_into().expect("4 bytes"));
+        let crc = crc32c::crc32c(&raw[..body]);
+        if !checksum_matches(stored, crc) {
+            return Err(Error::corruption(
+                "key chunk checksum",
+                format!("{stored:#010x}"),
+                format!("{crc:#010x}"),
+            ));
+        }
+        let mut d = Decoder::new(&raw[..body], "key chunk");
+        let mut keys: Vec<u8> = Vec::with_capacity(body);
+        let mut items = Vec::with_capacity(count);
+        let mut prev = 0usize..0usize;
+        for i in 0..count {
+            let flags = d.u8()?;
+            let shared = d.varint()? as usize;
+            let unshared = d.varint()? as usize;
+            if flags & !FLAG_TOMBSTONE != 0 || shared > prev.len() {
+                return Err(Error::corruption(
+                    format!("key chunk entry {i}"),
+                    "a valid flag and prefix",
+                    format!("flags {flags}, shared {shared}"),
+                ));
+            }
+            let start = keys.len();
+            keys.extend_from_within(prev.start..prev.start + shared);
+            keys.extend_from_slice(d.bytes(unshared)?);
+            let slot = d.u32()? as u64;
+            let key = &keys[start..];
+            let in_order = i == 0 && key == first_key || i > 0 && keys[prev.clone()] < *key;
+            if slot >= total_slots || !in_order {
+                return Err(Error::corruption(
+                    format!("key chunk entry {i}"),
+                    format!("ascending keys from the sampled one, slots below {total_slots}"),
+                    format!("slot {slot}"),
+                ));
+            }
+            prev = start..keys.len();
+            items.push((keys.len() as u32, slot, flags & FLAG_TOMBSTONE != 0));
+        }
+        d.finish()?;
+        Ok(Chunk { keys, items })
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.items[i - 1].0 as usize
+        };
+        &self.keys[start..self.items[i].0 as usize]
+    }
+}
+
+/// A position in a piece's key order. Keys, slots and tombstone flags come
+/// from the key chunks; the entry itself (the value) is read on demand.
+/// `R` is how the reader is held (`&PieceReader`, or a shared handle).
 pub struct SortedCursor<R> {
     reader: R,
     index: Arc<SortedIndex>,
-    /// Position in key order; `index.len()` when not valid.
+    /// Position in key order; the entry count when not valid.
     pos: usize,
-    current: Option<Entry>,
-    block: Option<(u64, Block)>,
+    chunk: Option<(usize, Arc<Chunk>)>,
 }
 
 impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
     /// A cursor over `reader`'s entries in key order, not yet positioned.
     pub fn new(reader: R) -> Result<Self> {
         let index = reader.sorted_index()?;
-        let pos = index.len();
+        let pos = index.entries;
         Ok(SortedCursor {
             reader,
             index,
             pos,
-            current: None,
-            block: None,
+            chunk: None,
         })
+    }
+
+    /// The reader the cursor reads.
+    pub(crate) fn reader(&self) -> &R {
+        &self.reader
     }
 
     /// True when positioned on an entry.
     pub fn valid(&self) -> bool {
-        self.current.is_some()
-    }
-
-    /// The entry at the current position.
-    pub fn entry(&self) -> Option<&Entry> {
-        self.current.as_ref()
+        self.pos < self.index.entries
     }
 
     /// The current position in key order (the entry count when not valid).
@@ -137,29 +270,59 @@ impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
         self.pos
     }
 
-    fn entry_at_position(&mut self, pos: usize) -> Result<Entry> {
-        let slot = self.index.order[pos] as u64;
-        let k = self.reader.slots_per_block();
-        let b = slot / k;
-        if self.block.as_ref().is_none_or(|(cached, _)| *cached != b) {
-            self.block = Some((b, self.reader.read_block(b)?));
-        }
-        let (_, block) = self.block.as_ref().expect("loaded above");
-        block.entry((slot % k) as usize)?.ok_or_else(|| {
+    fn current(&self) -> Option<(&Chunk, usize)> {
+        let (c, chunk) = self.chunk.as_ref()?;
+        (self.valid() && *c == self.pos / SAMPLE_INTERVAL)
+            .then(|| (&**chunk, self.pos % SAMPLE_INTERVAL))
+    }
+
+    /// The current key.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.current().map(|(c, i)| c.key(i))
+    }
+
+    /// The slot of the current entry.
+    pub fn slot(&self) -> Option<u64> {
+        self.current().map(|(c, i)| c.items[i].1)
+    }
+
+    /// Whether the current entry is a tombstone.
+    pub fn is_tombstone(&self) -> Option<bool> {
+        self.current().map(|(c, i)| c.items[i].2)
+    }
+
+    /// Reads the current entry (one block read).
+    pub fn load_entry(&self) -> Result<Option<Entry>> {
+        let Some(slot) = self.slot() else {
+            return Ok(None);
+        };
+        let e = self.reader.entry_in_slot(slot)?.ok_or_else(|| {
             Error::corruption(
-                format!("key order position {pos}"),
+                format!("key order position {}", self.pos),
                 "an occupied slot",
                 format!("empty slot {slot}"),
             )
             .at(self.reader.name())
-        })
+        })?;
+        if Some(&e.key[..]) != self.key() {
+            return Err(Error::corruption(
+                format!("slot {slot}"),
+                "the key the key index names",
+                "another key",
+            )
+            .at(self.reader.name()));
+        }
+        Ok(Some(e))
     }
 
     fn go(&mut self, pos: usize) -> Result<()> {
-        self.pos = pos.min(self.index.len());
-        self.current = None;
-        if self.pos < self.index.len() {
-            self.current = Some(self.entry_at_position(self.pos)?);
+        self.pos = pos.min(self.index.entries);
+        if self.valid() {
+            let c = self.pos / SAMPLE_INTERVAL;
+            if self.chunk.as_ref().is_none_or(|(loaded, _)| *loaded != c) {
+                let chunk = self.index.read_chunk(&self.reader, c)?;
+                self.chunk = Some((c, Arc::new(chunk)));
+            }
         }
         Ok(())
     }
@@ -171,7 +334,7 @@ impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
 
     /// Moves to the largest key.
     pub fn seek_to_last(&mut self) -> Result<()> {
-        match self.index.len() {
+        match self.index.entries {
             0 => self.go(0),
             n => self.go(n - 1),
         }
@@ -187,18 +350,18 @@ impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
     pub fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         let pos = self.lower_bound(target)?;
         self.go(pos)?;
-        if self.current.as_ref().is_some_and(|e| &e.key[..] == target) {
+        if self.key() == Some(target) {
             return Ok(());
         }
         match pos {
-            0 => self.go(self.index.len()),
+            0 => self.go(self.index.entries),
             p => self.go(p - 1),
         }
     }
 
     /// Moves to the next key; invalid past the last.
     pub fn move_next(&mut self) -> Result<()> {
-        if self.pos < self.index.len() {
+        if self.valid() {
             self.go(self.pos + 1)
         } else {
             Ok(())
@@ -208,41 +371,32 @@ impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
     /// Moves to the previous key; invalid before the first.
     pub fn move_prev(&mut self) -> Result<()> {
         match self.pos {
-            p if p == 0 || p >= self.index.len() => self.go(self.index.len()),
+            p if p == 0 || !self.valid() => self.go(self.index.entries),
             p => self.go(p - 1),
         }
     }
 
-    /// First position whose key is `>= target`.
+    /// First position whose key is `>= target`: one chunk read.
     fn lower_bound(&mut self, target: &[u8]) -> Result<usize> {
-        let n = self.index.len();
-        // Samples are keys at positions 0, 64, 128, ...: the answer lies
-        // after the last sample below `target`, up to the next sample.
-        let j = {
-            let idx = &self.index;
-            let (mut lo, mut hi) = (0, idx.sample_count());
-            while lo < hi {
-                let mid = (lo + hi) / 2;
-                if idx.sample(mid) < target {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            lo
-        };
-        if j == 0 {
-            return Ok(0);
-        }
-        let (mut lo, mut hi) = ((j - 1) * SAMPLE_INTERVAL + 1, (j * SAMPLE_INTERVAL).min(n));
+        let idx = &self.index;
+        let (mut lo, mut hi) = (0, idx.chunk_count());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if &self.entry_at_position(mid)?.key[..] < target {
+            if idx.first_key(mid) <= target {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        Ok(lo)
+        // Chunk `lo - 1` is the last whose first key is `<= target`.
+        let Some(c) = lo.checked_sub(1) else {
+            return Ok(0);
+        };
+        self.go(c * SAMPLE_INTERVAL)?;
+        let (chunk, _) = self.current().expect("loaded by go");
+        let within = (0..chunk.items.len())
+            .find(|&i| chunk.key(i) >= target)
+            .unwrap_or(chunk.items.len());
+        Ok(c * SAMPLE_INTERVAL + within)
     }
 }

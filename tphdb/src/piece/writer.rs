@@ -8,6 +8,7 @@ use super::block::{encode_block, pad_block, MAX_PADDING};
 use super::block_index::{BlockIndex, MAX_SEGMENT_BYTES};
 use super::entry::EntryRef;
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
+use super::sorted::encode_key_index;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, key_hash2, KEY_HASH_SEED};
@@ -226,13 +227,10 @@ pub(crate) fn write_piece_with_sections(
     }
     section(file.as_mut(), SectionId::Hashes, &buf)?;
     buf.clear();
-    for &i in &key_order {
-        buf.put_u32(slot_of[i as usize]);
-    }
-    section(file.as_mut(), SectionId::KeyOrder, &buf)?;
-    buf.clear();
-    encode_samples(entries, &key_order, &mut buf)?;
-    section(file.as_mut(), SectionId::Samples, &buf)?;
+    let mut chunk_index = Vec::new();
+    encode_key_index(entries, &key_order, &slot_of, &mut buf, &mut chunk_index)?;
+    section(file.as_mut(), SectionId::KeyChunks, &buf)?;
+    section(file.as_mut(), SectionId::ChunkIndex, &chunk_index)?;
     for &(id, bytes) in extra_sections {
         sections.push(Section {
             id,
@@ -360,29 +358,6 @@ fn encode_batch(
         out.push(block);
     }
     Ok((out, max_raw))
-}
-
-/// `count:u32`, `offsets:[u32; count + 1]`, then the sampled keys: the key
-/// at every `SAMPLE_INTERVAL`-th position of the key order.
-fn encode_samples(entries: &[EntryRef<'_>], key_order: &[u32], out: &mut Vec<u8>) -> Result<()> {
-    let samples: Vec<&[u8]> = key_order
-        .iter()
-        .step_by(SAMPLE_INTERVAL)
-        .map(|&i| entries[i as usize].key)
-        .collect();
-    out.put_u32(samples.len() as u32);
-    let mut at = 0u64;
-    out.put_u32(0);
-    for s in &samples {
-        at += s.len() as u64;
-        let at = u32::try_from(at)
-            .map_err(|_| Error::InvalidArgument("sampled keys of one piece exceed 4 GiB".into()))?;
-        out.put_u32(at);
-    }
-    for s in &samples {
-        out.extend_from_slice(s);
-    }
-    Ok(())
 }
 
 /// Entry indices in key order; rejects repeated keys.

@@ -4,10 +4,8 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::{PieceFile, Tph};
-use crate::cursor::{Cursor, MergingCursor};
+use crate::cursor::{Cursor, MergingCursor, ValueRef};
 use crate::error::Result;
 use crate::piece::{PieceReader, SortedCursor};
 
@@ -31,8 +29,8 @@ struct LiveCursor {
 impl LiveCursor {
     fn live(&self) -> bool {
         self.inner
-            .entry()
-            .is_none_or(|e| self.tph.is_live(&e.key, self.piece))
+            .key()
+            .is_none_or(|k| self.tph.is_live(k, self.piece))
     }
 
     fn skip_forward(&mut self) -> Result<()> {
@@ -56,11 +54,21 @@ impl Cursor for LiveCursor {
     }
 
     fn key(&self) -> &[u8] {
-        &self.inner.entry().expect("valid cursor").key
+        self.inner.key().expect("valid cursor")
     }
 
-    fn value(&self) -> Option<&Bytes> {
-        self.inner.entry().expect("valid cursor").value.as_ref()
+    fn value_ref(&self) -> ValueRef {
+        if self.is_tombstone() {
+            return ValueRef::Tombstone;
+        }
+        ValueRef::InPiece(
+            self.inner.reader().0.clone(),
+            self.inner.slot().expect("valid cursor"),
+        )
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.inner.is_tombstone().expect("valid cursor")
     }
 
     fn seek_to_first(&mut self) -> Result<()> {
@@ -98,7 +106,8 @@ impl Cursor for LiveCursor {
 pub(crate) struct TphCursor(MergingCursor<'static>);
 
 impl TphCursor {
-    pub(crate) fn new(tph: &Arc<Tph>) -> Result<TphCursor> {
+    /// `parallel`: seek the pieces in parallel (see `MergingCursor`).
+    pub(crate) fn new(tph: &Arc<Tph>, parallel: bool) -> Result<TphCursor> {
         let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(tph.pieces.len());
         for (piece, p) in tph.pieces.iter().enumerate() {
             children.push(Box::new(LiveCursor {
@@ -107,7 +116,11 @@ impl TphCursor {
                 inner: SortedCursor::new(PieceRef(p.clone()))?,
             }));
         }
-        Ok(TphCursor(MergingCursor::new(children)))
+        Ok(TphCursor(if parallel {
+            MergingCursor::new_parallel(children)
+        } else {
+            MergingCursor::new(children)
+        }))
     }
 }
 
@@ -118,8 +131,11 @@ impl Cursor for TphCursor {
     fn key(&self) -> &[u8] {
         self.0.key()
     }
-    fn value(&self) -> Option<&Bytes> {
-        self.0.value()
+    fn value_ref(&self) -> ValueRef {
+        self.0.value_ref()
+    }
+    fn is_tombstone(&self) -> bool {
+        self.0.is_tombstone()
     }
     fn seek_to_first(&mut self) -> Result<()> {
         self.0.seek_to_first()

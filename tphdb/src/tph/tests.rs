@@ -170,11 +170,12 @@ impl Harness {
                 "non-bottom TPHs keep every tombstone"
             );
         }
-        let mut c = TphCursor::new(tph).unwrap();
+        let mut c = TphCursor::new(tph, false).unwrap();
         c.seek_to_first().unwrap();
         for (k, v) in &got {
             assert_eq!(c.key(), &k[..]);
-            assert_eq!(c.value().map(|v| v.to_vec()), *v);
+            assert_eq!(c.value_ref().load(c.key()).unwrap().map(|v| v.to_vec()), *v);
+            assert_eq!(c.is_tombstone(), v.is_none());
             c.next().unwrap();
         }
         assert!(!c.valid());
