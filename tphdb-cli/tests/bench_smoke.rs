@@ -89,3 +89,67 @@ fn bench_piece_reports_every_read_path() {
     }
     assert_eq!(rows[6]["engine"], "raw-4k-direct");
 }
+
+#[test]
+fn db_workloads_report_the_documented_fields() {
+    for w in [
+        "fillrandom",
+        "readrandom",
+        "readmissing",
+        "readwhilewriting",
+        "seekrandom",
+    ] {
+        let v = run_bench(&[
+            w,
+            "--keys",
+            "20000",
+            "--ops",
+            "5000",
+            "--seconds",
+            "5",
+            "--write-buffer-mb",
+            "1",
+        ]);
+        assert_eq!(v["workload"], w);
+        let r = &results(&v)[0];
+        assert_eq!(r["engine"], "tphdb");
+        for f in ["ops_per_sec", "avg_us", "p99_us"] {
+            assert!(r[f].as_f64().unwrap() > 0.0, "{w}: {f} in {r}");
+        }
+        if w != "seekrandom" {
+            for f in [
+                "write_amp",
+                "read_amp",
+                "reads_per_get",
+                "index_bytes_per_key",
+            ] {
+                assert!(r.get(f).is_some(), "{w}: {f} missing in {r}");
+            }
+        }
+        if w == "readrandom" {
+            assert!(r["reads_per_get"].as_f64().unwrap() <= 1.01);
+        }
+    }
+}
+
+#[test]
+fn stats_prints_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = tphdb::DB::open_default(dir.path()).unwrap();
+        db.put(b"k", b"v").unwrap();
+        db.flush().unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .args(["stats", "--db"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("level") && text.contains("index"), "{text}");
+}

@@ -16,8 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let phf_dir = out.join("phf_decode");
     let piece_dir = out.join("piece_open");
+    let db_dir = out.join("db_open");
     std::fs::create_dir_all(&phf_dir)?;
     std::fs::create_dir_all(&piece_dir)?;
+    std::fs::create_dir_all(&db_dir)?;
+    db_seeds(&db_dir)?;
 
     for (kind, n, c) in [
         (PhfKind::CpHash, 0, 1.1),
@@ -88,5 +91,62 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
     emit("overflow")?;
+    Ok(())
+}
+
+/// A real database's MANIFEST, WAL and pieces, framed for `db_open`:
+/// `kind:u8 number:u32 len:u32 bytes`, kind 0 MANIFEST, 1 WAL, 2 piece.
+fn db_seeds(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use std::sync::Arc;
+    use tphdb::{Options, DB};
+    for (name, flushes) in [("flushed", 3u32), ("wal-only", 0)] {
+        let fs = MemFs::new();
+        let opts = Options {
+            file_system: Some(Arc::new(fs.clone())),
+            write_buffer_size: 8 << 10,
+            l0_compaction_trigger: 2,
+            fanout: 2,
+            ..Options::default()
+        };
+        let dir = Path::new("/db");
+        let db = DB::open(&opts, dir)?;
+        for round in 0..flushes + 1 {
+            for i in 0..60u32 {
+                db.put(
+                    format!("key{:05}", i * 7 + round),
+                    vec![b'v'; (i % 20) as usize],
+                )?;
+                if i % 11 == 0 {
+                    db.delete(format!("key{:05}", i))?;
+                }
+            }
+            if round < flushes {
+                db.flush()?;
+            }
+        }
+        db.wait_for_compactions()?;
+        drop(db);
+        let mut framed = Vec::new();
+        let mut names = tphdb::fs::FileSystem::list(&fs, dir)?;
+        // The MANIFEST first: CURRENT will name it.
+        names.sort_by_key(|n| !n.starts_with("MANIFEST"));
+        for n in names {
+            let (kind, number) = if let Some(x) = n.strip_prefix("MANIFEST-") {
+                (0u8, x.parse::<u32>()?)
+            } else if let Some(x) = n.strip_suffix(".log") {
+                (1, x.parse()?)
+            } else if let Some(x) = n.strip_suffix(".ph") {
+                (2, x.parse()?)
+            } else {
+                continue;
+            };
+            let bytes = fs.read_file(&dir.join(&n))?;
+            framed.push(kind);
+            framed.extend_from_slice(&number.to_le_bytes());
+            framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            framed.extend_from_slice(&bytes);
+        }
+        std::fs::write(out.join(format!("seed-{name}")), framed)?;
+    }
     Ok(())
 }

@@ -364,6 +364,12 @@ impl DB {
     }
 }
 
+// Shared between threads by design.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<DB>();
+};
+
 impl Drop for DB {
     fn drop(&mut self) {
         let _ = self.inner.shutdown();

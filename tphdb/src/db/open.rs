@@ -190,6 +190,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         phf_kind: opts.phf_kind,
         phf: crate::phf::PhfConfig {
             table_factor: opts.phf_table_factor,
+            segment_keys: opts.phf_segment_keys,
             ..crate::phf::PhfConfig::default()
         },
         page_size: opts.page_size,

@@ -67,6 +67,9 @@ pub struct Options {
     pub phf_kind: PhfKind,
     /// Perfect hash table size over key count (paper: 1.1).
     pub phf_table_factor: f64,
+    /// Keys per perfect-hash segment: segments are built in parallel
+    /// (paper §4.1.3), and small ones stay in the CPU cache while built.
+    pub phf_segment_keys: usize,
     /// Signature bits per global-index slot. An absent key costs a read with
     /// probability `2^-bits` per TPH consulted, and a lookup consults every
     /// level-0 TPH and one TPH per level: the paper's 8 bits let several
@@ -112,6 +115,7 @@ impl Default for Options {
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
+            phf_segment_keys: 1 << 16,
             signature_bits: 10,
             background_threads: 2,
             scan_io_threads: 16,
@@ -177,6 +181,12 @@ impl Options {
         if self.max_pieces == 0 || self.max_pieces > 1024 {
             return bad("max_pieces must be in 1..=1024");
         }
+        crate::phf::PhfConfig {
+            table_factor: self.phf_table_factor,
+            segment_keys: self.phf_segment_keys,
+            ..crate::phf::PhfConfig::default()
+        }
+        .validate()?;
         if self.background_threads == 0 {
             return bad("background_threads must be at least 1");
         }
