@@ -257,6 +257,22 @@ fn load(db: &DB, a: &DbArgs, order: &[u64], values: &Values, threads: usize, lab
     })
 }
 
+/// Loads every key into a new database at `path`, lets flushes and
+/// compactions finish, and closes it.
+fn load_settled(
+    opts: &Options,
+    path: &Path,
+    a: &DbArgs,
+    values: &Values,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let db = DB::open(opts, path)?;
+    load(&db, a, &permutation(a.keys, 1), values, 1, "load");
+    db.flush()?;
+    db.wait_for_compactions()?;
+    db.close()?;
+    Ok(())
+}
+
 fn largest_piece(dir: &Path) -> Option<PathBuf> {
     std::fs::read_dir(dir)
         .ok()?
@@ -409,13 +425,7 @@ pub fn run(w: DbWorkload, a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("{}", after.report());
         }
         DbWorkload::ReadRandom | DbWorkload::ReadMissing | DbWorkload::ReadWhileWriting => {
-            {
-                let db = DB::open(&opts, &path)?;
-                load(&db, &a, &permutation(a.keys, 1), &values, 1, "load");
-                db.flush()?;
-                db.wait_for_compactions()?;
-                db.close()?;
-            }
+            load_settled(&opts, &path, &a, &values)?;
             let db = DB::open(&opts, &path)?;
             let before = db.stats();
             let mut rngs: Vec<fastrand::Rng> = (0..a.threads.max(1))
@@ -461,13 +471,7 @@ pub fn run(w: DbWorkload, a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         DbWorkload::SeekRandom => {
-            {
-                let db = DB::open(&opts, &path)?;
-                load(&db, &a, &permutation(a.keys, 1), &values, 1, "load");
-                db.flush()?;
-                db.wait_for_compactions()?;
-                db.close()?;
-            }
+            load_settled(&opts, &path, &a, &values)?;
             let db = DB::open(&opts, &path)?;
             let rngs: Vec<std::sync::Mutex<fastrand::Rng>> = (0..a.threads.max(1))
                 .map(|t| std::sync::Mutex::new(fastrand::Rng::with_seed(200 + t as u64)))
@@ -522,13 +526,7 @@ pub fn run(w: DbWorkload, a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
         DbWorkload::Open => {
-            {
-                let db = DB::open(&opts, &path)?;
-                load(&db, &a, &permutation(a.keys, 1), &values, 1, "load");
-                db.flush()?;
-                db.wait_for_compactions()?;
-                db.close()?;
-            }
+            load_settled(&opts, &path, &a, &values)?;
             // Each trial first leaves `wal_mb` of unflushed writes when
             // `with_wal`; the reopen replays them (and later flushes them).
             let fill_wal = || -> Result<(), Box<dyn std::error::Error>> {

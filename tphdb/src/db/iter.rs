@@ -321,49 +321,43 @@ impl<'a> DBRawIterator<'a> {
 
     /// Moves to the next key.
     pub fn next(&mut self) {
-        let Some((current, _)) = self.window.front().cloned() else {
-            return;
-        };
-        if self.forward {
-            self.window.pop_front();
-            if self.window.is_empty() {
-                if let Err(e) = self.fill() {
-                    self.error = Some(e);
-                }
-            }
-        } else {
-            // Turn around: the cursor is ahead of the window, behind us.
-            self.moved(true, |c| {
-                c.seek(&current)?;
-                if c.valid() && c.key() == &current[..] {
-                    c.next()?;
-                }
-                Ok(())
-            });
-        }
+        self.step(true);
     }
 
     /// Moves to the previous key.
     pub fn prev(&mut self) {
+        self.step(false);
+    }
+
+    fn step(&mut self, forward: bool) {
         let Some((current, _)) = self.window.front().cloned() else {
             return;
         };
-        if !self.forward {
+        if self.forward == forward {
             self.window.pop_front();
             if self.window.is_empty() {
                 if let Err(e) = self.fill() {
                     self.error = Some(e);
                 }
             }
-        } else {
-            self.moved(false, |c| {
+            return;
+        }
+        // Turning around: the cursor ran ahead of the window, the other way.
+        self.moved(forward, |c| {
+            if forward {
+                c.seek(&current)?;
+            } else {
                 c.seek_for_prev(&current)?;
-                if c.valid() && c.key() == &current[..] {
+            }
+            if c.valid() && c.key() == &current[..] {
+                if forward {
+                    c.next()?;
+                } else {
                     c.prev()?;
                 }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
 
     pub(crate) fn current(&self) -> Option<(Bytes, Bytes)> {

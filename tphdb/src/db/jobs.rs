@@ -468,21 +468,19 @@ impl Inner {
             if !v.l0.is_empty() {
                 self.execute(&Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()))?;
             }
-            let depth = self.state.lock().current().depth;
-            for level in 1..depth {
-                let parts: Vec<u64> = self.state.lock().current().levels[level as usize - 1]
+            let partitions = |level: u32| -> Vec<u64> {
+                self.state.lock().current().levels[level as usize - 1]
                     .keys()
                     .copied()
-                    .collect();
-                for p in parts {
+                    .collect()
+            };
+            let depth = self.state.lock().current().depth;
+            for level in 1..depth {
+                for p in partitions(level) {
                     self.execute(&Job::PushDown(level, p))?;
                 }
             }
-            let parts: Vec<u64> = self.state.lock().current().levels[depth as usize - 1]
-                .keys()
-                .copied()
-                .collect();
-            for p in parts {
+            for p in partitions(depth) {
                 self.execute(&Job::Gc(depth, p))?;
             }
             Ok(())
