@@ -126,6 +126,12 @@ impl Error {
         }
     }
 
+    /// True for an I/O error saying the device is full: writes may succeed
+    /// again once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull)
+    }
+
     /// True for [`Error::Corruption`].
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })

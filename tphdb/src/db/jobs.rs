@@ -78,6 +78,17 @@ impl Change {
     }
 }
 
+/// Deletes the head pieces a failed job wrote for TPHs it never installed.
+fn discard(change: &Change) {
+    for t in change.new_tphs.values() {
+        for f in t.files() {
+            if f.number() == t.head_number() {
+                f.mark_obsolete();
+            }
+        }
+    }
+}
+
 /// The newest version of each key across `lists` (each sorted by key),
 /// where `lists[0]` is the newest.
 fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
@@ -146,6 +157,9 @@ impl Inner {
     }
 
     fn pick(&self, st: &mut State) -> Option<Job> {
+        if st.retry_after.is_some_and(|t| Instant::now() < t) {
+            return None;
+        }
         let opts = &self.opts;
         let v = st.current().clone();
         let flush_blocked = opts.one_level && Self::level1_busy(st);
@@ -215,8 +229,15 @@ impl Inner {
         let start = Instant::now();
         let result = self.execute(&job);
         let mut st = self.state.lock();
-        if let Err(e) = &result {
-            self.poison(&mut st, e);
+        match &result {
+            // Out of space: nothing was installed; retry once space may be back.
+            Err(e) if e.is_no_space() => {
+                st.no_space = Some(e.to_string());
+                st.no_space_failures += 1;
+                st.retry_after = Some(Instant::now() + std::time::Duration::from_millis(200));
+            }
+            Err(e) => self.poison(&mut st, e),
+            Ok(()) => st.retry_after = None,
         }
         match &job {
             Job::Flush(_) => {
@@ -354,7 +375,7 @@ impl Inner {
             .map(|_| self.new_file_number())
             .collect::<Result<_>>()?;
         let bottom = level == version.depth;
-        let outcomes: Vec<(u64, MergeOutcome)> = parts
+        let outcomes: Vec<Result<(u64, MergeOutcome)>> = parts
             .into_iter()
             .zip(numbers)
             .collect::<Vec<_>>()
@@ -363,25 +384,28 @@ impl Inner {
                 let ctx = self.merge_context(level, p, bottom, number);
                 Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
             })
-            .collect::<Result<_>>()?;
-        for (p, o) in outcomes {
-            change.add(level, p, o);
+            .collect();
+        let mut first_error = None;
+        for o in outcomes {
+            match o {
+                Ok((p, o)) => change.add(level, p, o),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        match first_error {
+            None => Ok(()),
+            Some(e) => {
+                discard(change);
+                Err(e)
+            }
+        }
     }
 
     /// Makes a job's result durable and current; retires what it replaced.
     fn apply(&self, mut change: Change, flushed: &[Arc<MemTable>]) -> Result<()> {
         let mut st = self.state.lock();
-        let discard = |change: &Change| {
-            for t in change.new_tphs.values() {
-                for f in t.files() {
-                    if f.number() == t.head_number() {
-                        f.mark_obsolete();
-                    }
-                }
-            }
-        };
         if let Some(e) = &st.bg_error {
             discard(&change);
             return Err(Error::ReadOnly(e.clone()));
@@ -401,21 +425,43 @@ impl Inner {
             .as_mut()
             .expect("jobs run only on writable databases");
         vs.last_seq = vs.last_seq.max(visible);
-        let edit = std::mem::take(&mut change.edit);
-        if let Err(e) = vs.log_and_apply(edit, &change.new_tphs) {
+        // The new pieces' directory entries must be durable before the
+        // MANIFEST names them.
+        if let Err(e) = self.fs.sync_dir(&self.dir) {
             discard(&change);
             self.poison(&mut st, &e);
             return Err(e);
         }
+        // From here on the edit may reach the disk even if this fails: its
+        // files stay (unused ones are removed at the next open).
+        let edit = std::mem::take(&mut change.edit);
+        let vs = st
+            .versions
+            .as_mut()
+            .expect("jobs run only on writable databases");
+        if let Err(e) = vs.log_and_apply(edit, &change.new_tphs) {
+            self.poison(&mut st, &e);
+            return Err(e);
+        }
         let log_number = vs.log_number;
-        for f in &change.obsolete {
+        let done = std::mem::replace(
+            &mut st.deferred,
+            super::Deferred {
+                pieces: std::mem::take(&mut change.obsolete),
+                wals_below: (!flushed.is_empty()).then_some(log_number),
+            },
+        );
+        for f in &done.pieces {
             f.mark_obsolete();
+        }
+        if let Some(n) = done.wals_below {
+            self.delete_wals_below(n);
         }
         if !flushed.is_empty() {
             st.imms
                 .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
-            self.delete_wals_below(log_number);
         }
+        st.no_space = None;
         self.install_super_version(&st);
         Ok(())
     }
@@ -436,6 +482,7 @@ impl Inner {
     /// Waits until nothing is running and nothing is due.
     pub(crate) fn wait_idle(self: &Arc<Self>) -> Result<()> {
         let mut st = self.state.lock();
+        let mut space = super::SpaceWait::default();
         loop {
             if let Some(e) = &st.bg_error {
                 return Err(Error::ReadOnly(e.clone()));
@@ -443,6 +490,7 @@ impl Inner {
             if self.read_only {
                 return Ok(());
             }
+            space.check(&st)?;
             self.maybe_schedule(&mut st);
             if st.running_jobs == 0 {
                 return Ok(());

@@ -64,6 +64,52 @@ pub(crate) struct State {
     pub(crate) manual: bool,
     /// Once set, writes fail with [`Error::ReadOnly`].
     pub(crate) bg_error: Option<String>,
+    /// The last job ran out of space; jobs retry after `retry_after`, and
+    /// writers that would wait for them fail instead.
+    pub(crate) no_space: Option<String>,
+    pub(crate) retry_after: Option<std::time::Instant>,
+    /// Jobs that failed for lack of space so far.
+    pub(crate) no_space_failures: u64,
+    /// Files the last applied edit made obsolete. They are deleted once the
+    /// next edit is durable: a crash can tear only the last MANIFEST record,
+    /// and then the version before it must still have all its files.
+    pub(crate) deferred: Deferred,
+}
+
+/// A caller waiting for background work that may be out of space: it waits
+/// for one retry, and fails if a retry that started after it began waiting
+/// failed too.
+#[derive(Default)]
+pub(crate) struct SpaceWait {
+    failures_seen: Option<u64>,
+}
+
+impl SpaceWait {
+    pub(crate) fn check(&mut self, st: &State) -> Result<()> {
+        let Some(e) = &st.no_space else {
+            self.failures_seen = None;
+            return Ok(());
+        };
+        match self.failures_seen {
+            Some(seen) if st.no_space_failures > seen => Err(Error::io(
+                format!("waiting for a flush or compaction that ran out of space: {e}"),
+                std::io::Error::from(std::io::ErrorKind::StorageFull),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.failures_seen = Some(st.no_space_failures);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Deletions waiting for the next durable edit.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    pub(crate) pieces: Vec<Arc<crate::tph::PieceFile>>,
+    /// WALs below this number.
+    pub(crate) wals_below: Option<u64>,
 }
 
 impl State {

@@ -1,6 +1,6 @@
 //! Opening a database: recovery from the MANIFEST and the WAL.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,16 +19,21 @@ use crate::fs::{CountingFs, FileSystem, PosixFs, ReadMode};
 use crate::log::{LogReader, LogWriter};
 use crate::memtable::MemTable;
 use crate::piece::PieceOptions;
-use crate::version::{Layout, RecoveredState, Version, VersionSet};
+use crate::version::{Layout, RecoveredState, Version, VersionEdit, VersionSet};
+
+use super::jobs::Job;
 
 /// What replaying the WAL found.
 #[derive(Debug, Default)]
 pub(crate) struct WalReplay {
     pub(crate) files: usize,
+    /// WALs after a torn one, not replayed.
+    pub(crate) skipped_files: usize,
     pub(crate) batches: u64,
     pub(crate) dropped_bytes: u64,
 }
 
+/// Replays one WAL into `mem`; returns false when its tail was torn.
 fn replay_wal(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -36,7 +41,7 @@ fn replay_wal(
     mem: &MemTable,
     last_seq: &mut u64,
     info: &mut WalReplay,
-) -> Result<()> {
+) -> Result<bool> {
     let name = wal_name(number);
     let mut reader = LogReader::new(fs.open_read(&path(dir, &name), ReadMode::Pread)?);
     while let Some(rec) = reader.next_record()? {
@@ -53,11 +58,14 @@ fn replay_wal(
         *last_seq = (*last_seq).max(seq + batch.len() as u64 - 1);
         info.batches += 1;
     }
-    if let Some(t) = reader.tail_drop() {
-        info.dropped_bytes += t.dropped_bytes;
-    }
     info.files += 1;
-    Ok(())
+    match reader.tail_drop() {
+        Some(t) => {
+            info.dropped_bytes += t.dropped_bytes;
+            Ok(false)
+        }
+        None => Ok(true),
+    }
 }
 
 pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<Inner>> {
@@ -138,8 +146,14 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     let recovered = MemTable::new(wals.last().copied().unwrap_or(0));
     let mut last_seq = state.last_seq;
     let mut replay = WalReplay::default();
-    for &n in &wals {
-        replay_wal(fs.as_ref(), dir, n, &recovered, &mut last_seq, &mut replay)?;
+    for (i, &n) in wals.iter().enumerate() {
+        // Point-in-time recovery: writes in later WALs came after the torn
+        // point, so they are dropped too (a WAL is synced before the next
+        // one starts, so only a crash's unsynced tail is lost this way).
+        if !replay_wal(fs.as_ref(), dir, n, &recovered, &mut last_seq, &mut replay)? {
+            replay.skipped_files = wals.len() - i - 1;
+            break;
+        }
     }
 
     let (mem, imms, versions, fixed_version, wal) = if read_only {
@@ -149,6 +163,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             number: 0,
             mem: mem.clone(),
             last_seq,
+            broken: false,
         };
         (mem, VecDeque::new(), None, Some(Arc::new(version)), wal)
     } else {
@@ -170,18 +185,13 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         if !recovered.is_empty() {
             imms.push_back(Arc::new(recovered));
         }
-        remove_obsolete_files(
-            fs.as_ref(),
-            dir,
-            &names,
-            &vs,
-            imms.is_empty().then_some(number),
-        );
+        remove_obsolete_files(fs.as_ref(), dir, &names, &vs);
         let wal = WalWriter {
             log: Some(LogWriter::new(file, 0)),
             number,
             mem: mem.clone(),
             last_seq,
+            broken: false,
         };
         (mem, imms, Some(vs), None, wal)
     };
@@ -223,6 +233,10 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         running_jobs: 0,
         manual: false,
         bg_error: None,
+        no_space: None,
+        retry_after: None,
+        no_space_failures: 0,
+        deferred: Default::default(),
     };
     let sv = SuperVersion {
         mem,
@@ -268,6 +282,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         *inner.sync_thread.lock() = Some(handle);
     }
     if !read_only {
+        retire_replayed_wals(&inner)?;
         let mut st = inner.state.lock();
         inner.maybe_schedule(&mut st);
     }
@@ -275,21 +290,14 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
 }
 
 /// Deletes files no version needs: pieces not referenced, WALs already
-/// flushed (all but `keep_wal_from` on when nothing was recovered), other
-/// MANIFESTs and temporary files. Failures are ignored: leftovers are retried
-/// at the next open.
-fn remove_obsolete_files(
-    fs: &dyn FileSystem,
-    dir: &Path,
-    names: &[String],
-    vs: &VersionSet,
-    keep_wal_from: Option<u64>,
-) {
+/// flushed, other MANIFESTs and temporary files. Failures are ignored:
+/// leftovers are retried at the next open.
+fn remove_obsolete_files(fs: &dyn FileSystem, dir: &Path, names: &[String], vs: &VersionSet) {
     let live = vs.current.live_files();
     for name in names {
         let remove = match parse(name) {
             Some(FileKind::Piece(n)) => !live.contains(&n),
-            Some(FileKind::Wal(n)) => n < vs.log_number || keep_wal_from.is_some_and(|k| n < k),
+            Some(FileKind::Wal(n)) => n < vs.log_number,
             Some(FileKind::Manifest(n)) => n != vs.manifest_number(),
             Some(FileKind::Temp) => true,
             _ => false,
@@ -298,6 +306,25 @@ fn remove_obsolete_files(
             let _ = fs.remove(&path(dir, name));
         }
     }
+}
+
+/// Before the first new write: flushes what the old WALs held and records
+/// that they are no longer needed. Otherwise a torn old WAL would, at the
+/// next recovery, stop the replay before the new one.
+fn retire_replayed_wals(inner: &Arc<Inner>) -> Result<()> {
+    let recovered: Vec<Arc<MemTable>> = inner.state.lock().imms.iter().cloned().collect();
+    if !recovered.is_empty() {
+        return inner.execute(&Job::Flush(recovered));
+    }
+    let mut st = inner.state.lock();
+    let edit = VersionEdit {
+        log_number: Some(st.mem.wal_number()),
+        ..VersionEdit::default()
+    };
+    st.versions
+        .as_mut()
+        .expect("a writable database has versions")
+        .log_and_apply(edit, &HashMap::new())
 }
 
 pub(crate) fn destroy(opts: &Options, dir: &Path) -> Result<()> {

@@ -31,6 +31,9 @@ pub(crate) struct WalWriter {
     pub(crate) mem: Arc<MemTable>,
     /// Last sequence number assigned.
     pub(crate) last_seq: u64,
+    /// An append failed for lack of space: the log may end in a partial
+    /// record, so the next write starts a new one.
+    pub(crate) broken: bool,
 }
 
 impl WalWriter {
@@ -136,14 +139,23 @@ impl Inner {
             let log = wal.log.as_mut().expect("a writable database has a WAL");
             let record = batch.encode_with_seq(seq);
             let len = record.len() as u64;
-            let r = log
-                .add_record(record)
-                .and_then(|()| log.flush())
-                .and_then(|()| if sync { log.sync() } else { Ok(()) });
-            if let Err(e) = r {
-                let mut st = self.state.lock();
-                self.poison(&mut st, &e);
+            if let Err(e) = log.add_record(record).and_then(|()| log.flush()) {
+                if e.is_no_space() {
+                    wal.broken = true;
+                } else {
+                    let mut st = self.state.lock();
+                    self.poison(&mut st, &e);
+                }
                 return Err(e);
+            }
+            if sync {
+                // After a failed sync the page cache may have dropped the
+                // data: no later write may be acknowledged.
+                if let Err(e) = log.sync() {
+                    let mut st = self.state.lock();
+                    self.poison(&mut st, &e);
+                    return Err(e);
+                }
             }
             self.stats.wal_bytes.fetch_add(len, Ordering::Relaxed);
             if sync {
@@ -182,6 +194,7 @@ impl Inner {
     ) -> Result<()> {
         let opts = &self.opts;
         let mut slowed = false;
+        let mut space = super::SpaceWait::default();
         loop {
             let mut st = self.state.lock();
             if let Some(e) = &st.bg_error {
@@ -191,6 +204,8 @@ impl Inner {
             if st.imms.len() >= opts.max_immutable_memtables.max(1)
                 || (!opts.one_level && l0 >= opts.l0_stop_trigger)
             {
+                // Waiting for jobs that cannot get space would never end.
+                space.check(&st)?;
                 let t = Instant::now();
                 self.maybe_schedule(&mut st);
                 self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
@@ -208,11 +223,13 @@ impl Inner {
             }
             let full = wal.mem.memory_bytes() >= opts.effective_write_buffer();
             let forced = force && !wal.mem.is_empty();
-            if !full && !forced {
+            if !full && !forced && !wal.broken {
                 return Ok(());
             }
             if let Err(e) = self.switch_memtable(&mut st, wal) {
-                self.poison(&mut st, &e);
+                if !e.is_no_space() {
+                    self.poison(&mut st, &e);
+                }
                 return Err(e);
             }
             return Ok(());
@@ -224,9 +241,22 @@ impl Inner {
     /// earlier writes.
     fn switch_memtable(self: &Arc<Self>, st: &mut super::State, wal: &mut WalWriter) -> Result<()> {
         let number = st.versions.as_mut().expect("writable").new_file_number();
-        let file = self.fs.create(&path(&self.dir, &wal_name(number)))?;
-        self.fs.sync_dir(&self.dir)?;
-        wal.sync()?;
+        let wal_path = path(&self.dir, &wal_name(number));
+        let file = self.fs.create(&wal_path)?;
+        if let Err(e) = self.fs.sync_dir(&self.dir) {
+            drop(file);
+            let _ = self.fs.remove(&wal_path);
+            return Err(e);
+        }
+        // A broken log keeps only what its last sync made durable.
+        if !wal.broken {
+            if let Err(e) = wal.sync() {
+                // A failed sync is never recoverable, whatever its cause.
+                self.poison(st, &e);
+                return Err(e);
+            }
+        }
+        wal.broken = false;
         let mem = Arc::new(MemTable::new(number));
         st.imms
             .push_back(std::mem::replace(&mut st.mem, mem.clone()));
@@ -250,6 +280,7 @@ impl Inner {
             wal.number
         };
         let mut st = self.state.lock();
+        let mut space = super::SpaceWait::default();
         loop {
             if let Some(e) = &st.bg_error {
                 return Err(Error::ReadOnly(e.clone()));
@@ -257,6 +288,7 @@ impl Inner {
             if st.imms.iter().all(|m| m.wal_number() >= target) {
                 return Ok(());
             }
+            space.check(&st)?;
             self.maybe_schedule(&mut st);
             self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
         }

@@ -2,12 +2,14 @@
 //!
 //! [`PosixFs`] is the real one (with three read paths: memory-mapped,
 //! positioned reads through the page cache, and `O_DIRECT`), [`MemFs`] keeps
-//! files in memory, and [`CountingFs`] wraps either and counts operations.
+//! files in memory, [`CountingFs`] wraps either and counts operations, and
+//! [`FaultFs`] simulates crashes and failing disks for tests.
 //! Tests swap in these (and a fault-injecting one) to count I/Os and to
 //! simulate crashes and failing disks deterministically.
 
 mod aligned;
 mod counting;
+mod fault;
 mod lock;
 mod mem;
 mod posix;
@@ -21,6 +23,7 @@ use bytes::Bytes;
 use crate::error::Result;
 
 pub use counting::{CountingFs, IoCounts};
+pub use fault::{FaultFs, OpKind};
 pub use lock::LockTable;
 pub use mem::MemFs;
 pub use posix::PosixFs;

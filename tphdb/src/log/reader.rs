@@ -15,6 +15,25 @@ pub(crate) struct TailDrop {
     pub(crate) dropped_bytes: u64,
     /// What was wrong there.
     pub(crate) reason: String,
+    /// A fragment with a correct checksum starts in a later block: more
+    /// than a torn tail was damaged.
+    pub(crate) valid_data_follows: bool,
+}
+
+/// Whether a fragment with a correct checksum starts at `pos` of `block`.
+fn valid_fragment_at(block: &[u8], pos: usize) -> bool {
+    let Some(h) = block.get(pos..pos + HEADER_SIZE) else {
+        return false;
+    };
+    let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let len = u16::from_le_bytes([h[4], h[5]]) as usize;
+    let Some(t) = FragmentType::from_u8(h[6]) else {
+        return false;
+    };
+    match block.get(pos + HEADER_SIZE..pos + HEADER_SIZE + len) {
+        Some(data) => crc == fragment_crc(t, data) && !(crc == 0 && len == 0),
+        None => false,
+    }
 }
 
 /// Reads the records of a log file front to back.
@@ -50,12 +69,34 @@ impl LogReader {
     }
 
     fn stop(&mut self, reason: impl Into<String>) -> Result<Option<Vec<u8>>> {
+        let valid_data_follows = self.valid_fragment_after_damage()?;
         self.tail = Some(TailDrop {
             offset: self.record_start,
             dropped_bytes: self.len - self.record_start,
             reason: reason.into(),
+            valid_data_follows,
         });
         Ok(None)
+    }
+
+    /// Whether a fragment with a correct checksum starts anywhere after the
+    /// damaged one: at any later byte of the current block (the damaged
+    /// header may hide where the next fragment starts), or at the start of
+    /// any later block (fragments never cross blocks).
+    fn valid_fragment_after_damage(&self) -> Result<bool> {
+        let damaged = self.pos.min(self.block.len());
+        if (damaged + 1..self.block.len()).any(|pos| valid_fragment_at(&self.block, pos)) {
+            return Ok(true);
+        }
+        let mut at = self.block_start + self.block.len() as u64;
+        while at < self.len {
+            let n = (self.len - at).min(BLOCK_SIZE as u64) as usize;
+            if valid_fragment_at(&self.file.read_at(at, n)?, 0) {
+                return Ok(true);
+            }
+            at += n as u64;
+        }
+        Ok(false)
     }
 
     /// The next record; `None` at the end of the log or at the first damaged

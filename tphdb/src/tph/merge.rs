@@ -344,14 +344,18 @@ pub(crate) fn merge(
     let hashes: Vec<u64> = written.iter().map(|(e, _)| e.h).collect();
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
-    write_piece_with_sections(
+    let write_result = write_piece_with_sections(
         ctx.fs.as_ref(),
         &path,
         &entries,
         &hashes,
         ctx.piece_options,
         &extra,
-    )?;
+    );
+    if let Err(e) = write_result {
+        let _ = ctx.fs.remove(&path);
+        return Err(e);
+    }
     let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.read_mode)?;
     stats.bytes_written = head.file_bytes();
     stats.entries_written = written.len() as u64;

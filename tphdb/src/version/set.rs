@@ -91,6 +91,9 @@ pub(crate) struct VersionSet {
     pub(crate) next_file: u64,
     pub(crate) log_number: u64,
     pub(crate) last_seq: u64,
+    /// Set when CURRENT may point at either MANIFEST: no edit may be
+    /// written any more.
+    broken: Option<String>,
 }
 
 impl VersionSet {
@@ -109,6 +112,19 @@ impl VersionSet {
             state.apply(&edit);
         }
         state.manifest_tail = reader.tail_drop().cloned();
+        // Every edit is synced before the next is written, so only the last
+        // record can be torn by a crash: damage followed by intact records
+        // is corruption, not a crash.
+        if let Some(t) = &state.manifest_tail {
+            if t.valid_data_follows {
+                return Err(Error::corruption(
+                    format!("record at byte {}", t.offset),
+                    "intact records, or a torn last record",
+                    format!("{} followed by intact records", t.reason),
+                )
+                .at(&name));
+            }
+        }
         if state.layout.is_none() {
             return Err(Error::corruption(&name, "a layout record", "none").at(dir.display()));
         }
@@ -181,6 +197,7 @@ impl VersionSet {
             next_file,
             log_number,
             last_seq,
+            broken: None,
         })
     }
 
@@ -196,12 +213,17 @@ impl VersionSet {
 
     /// Makes `edit` durable in the MANIFEST, then installs the version it
     /// describes. On error nothing is installed, and whether the edit is on
-    /// disk is unknown: the caller must stop writing.
+    /// disk is unknown: the caller must stop writing and must keep the files
+    /// the edit names (if it is not on disk, they are removed at the next
+    /// open).
     pub(crate) fn log_and_apply(
         &mut self,
         mut edit: VersionEdit,
         new_tphs: &HashMap<u64, Arc<Tph>>,
     ) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(Error::ReadOnly(e.clone()));
+        }
         let version = self.current.apply(&edit, new_tphs)?;
         if let Some(n) = edit.log_number {
             self.log_number = self.log_number.max(n);
@@ -213,29 +235,76 @@ impl VersionSet {
         self.manifest.sync()?;
         self.current = Arc::new(version);
         if self.manifest.len() > self.manifest_max_bytes {
-            self.roll_over()?;
+            self.roll_over();
         }
         Ok(())
     }
 
-    /// Starts a new MANIFEST with a snapshot of the current version.
-    fn roll_over(&mut self) -> Result<()> {
+    /// Starts a new MANIFEST with a snapshot of the current version. The
+    /// edit just logged is durable in both, so whichever one CURRENT names
+    /// after a crash is right. Failures before CURRENT is replaced only
+    /// postpone the rollover; after it, no further edit may be written.
+    fn roll_over(&mut self) {
         let number = self.new_file_number();
-        self.manifest = write_manifest(
-            self.fs.as_ref(),
-            &self.dir,
-            number,
+        let name = manifest_name(number);
+        let new_path = path(&self.dir, &name);
+        let fs = self.fs.clone();
+        let switched = start_manifest(
+            fs.as_ref(),
+            &new_path,
             &self.current,
             self.next_file,
             self.log_number,
             self.last_seq,
-        )?;
+        )
+        .and_then(|w| write_current_tmp(fs.as_ref(), &self.dir, &name).map(|()| w))
+        .and_then(|w| {
+            fs.rename(&path(&self.dir, "CURRENT.tmp"), &path(&self.dir, CURRENT))
+                .map(|()| w)
+        });
+        let Ok(writer) = switched else {
+            let _ = fs.remove(&new_path);
+            return;
+        };
+        self.manifest = writer;
         let old = std::mem::replace(&mut self.manifest_number, number);
-        let _ = self.fs.remove(&path(&self.dir, &manifest_name(old)));
-        Ok(())
+        if let Err(e) = fs.sync_dir(&self.dir) {
+            self.broken = Some(format!(
+                "syncing the directory after switching MANIFEST failed: {e}"
+            ));
+            return;
+        }
+        let _ = fs.remove(&path(&self.dir, &manifest_name(old)));
     }
 }
 
+/// Writes and syncs a MANIFEST holding a snapshot of `version`.
+fn start_manifest(
+    fs: &dyn FileSystem,
+    file: &Path,
+    version: &Version,
+    next_file: u64,
+    log_number: u64,
+    last_seq: u64,
+) -> Result<LogWriter> {
+    let mut w = LogWriter::new(fs.create(file)?, 0);
+    let mut edit = version.snapshot_edit();
+    edit.next_file = Some(next_file);
+    edit.log_number = Some(log_number);
+    edit.last_seq = Some(last_seq);
+    w.add_record(&edit.encode())?;
+    w.sync()?;
+    Ok(w)
+}
+
+/// Writes and syncs `CURRENT.tmp` naming `manifest`.
+fn write_current_tmp(fs: &dyn FileSystem, dir: &Path, manifest: &str) -> Result<()> {
+    let mut f = fs.create(&path(dir, "CURRENT.tmp"))?;
+    f.append(encode_current(manifest).as_bytes())?;
+    f.sync()
+}
+
+/// A new MANIFEST holding `version`, named by CURRENT.
 fn write_manifest(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -246,19 +315,16 @@ fn write_manifest(
     last_seq: u64,
 ) -> Result<LogWriter> {
     let name = manifest_name(number);
-    let mut w = LogWriter::new(fs.create(&path(dir, &name))?, 0);
-    let mut edit = version.snapshot_edit();
-    edit.next_file = Some(next_file);
-    edit.log_number = Some(log_number);
-    edit.last_seq = Some(last_seq);
-    w.add_record(&edit.encode())?;
-    w.sync()?;
-    let tmp = path(dir, "CURRENT.tmp");
-    let mut f = fs.create(&tmp)?;
-    f.append(encode_current(&name).as_bytes())?;
-    f.sync()?;
-    drop(f);
-    fs.rename(&tmp, &path(dir, CURRENT))?;
+    let w = start_manifest(
+        fs,
+        &path(dir, &name),
+        version,
+        next_file,
+        log_number,
+        last_seq,
+    )?;
+    write_current_tmp(fs, dir, &name)?;
+    fs.rename(&path(dir, "CURRENT.tmp"), &path(dir, CURRENT))?;
     fs.sync_dir(dir)?;
     Ok(w)
 }

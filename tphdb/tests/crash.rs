@@ -1,0 +1,438 @@
+//! Crash safety and failing I/O, on the fault-injecting file system.
+//!
+//! The promise under test: a write acknowledged with `sync` survives any
+//! crash; a crash loses at most the unsynced tail; the database always
+//! reopens to the state after some prefix of the writes it was asked to do.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use tphdb::fs::{FaultFs, FileSystem, OpKind};
+use tphdb::{IteratorMode, Options, WriteBatch, WriteOptions, DB};
+
+type State = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const DIR: &str = "/db";
+
+fn options(fs: &FaultFs) -> Options {
+    Options {
+        file_system: Some(Arc::new(fs.clone())),
+        write_buffer_size: 3 << 10,
+        max_immutable_memtables: 2,
+        tph_target_bytes: 3 << 10,
+        fanout: 2,
+        max_levels: 3,
+        l0_compaction_trigger: 2,
+        max_pieces: 3,
+        manifest_max_bytes: 2 << 10,
+        background_threads: 1,
+        page_size: 512,
+        ..Options::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u32, u32),
+    Delete(u32),
+    Batch(Vec<(u32, Option<u32>)>),
+    Flush,
+}
+
+fn key(k: u32) -> Vec<u8> {
+    format!("key{k:03}").into_bytes()
+}
+
+fn value(k: u32, v: u32) -> Vec<u8> {
+    let mut s = format!("v{k}.{v}.").into_bytes();
+    s.resize(20 + (v as usize * 13) % 60, b'x');
+    s
+}
+
+/// A few hundred writes over 40 keys, some synced: enough to rotate WALs,
+/// flush, compact into several levels and roll the MANIFEST over.
+fn workload(seed: u64) -> Vec<(Op, bool)> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..300u32)
+        .map(|i| {
+            let op = match rng.u8(..100) {
+                0..=64 => Op::Put(rng.u32(..40), i),
+                65..=79 => Op::Delete(rng.u32(..40)),
+                80..=97 => Op::Batch(
+                    (0..rng.u32(1..6))
+                        .map(|j| (rng.u32(..40), (rng.u8(..4) > 0).then_some(i * 10 + j)))
+                        .collect(),
+                ),
+                _ => Op::Flush,
+            };
+            (op, rng.u8(..100) < 15)
+        })
+        .collect()
+}
+
+fn apply(state: &mut State, op: &Op) {
+    match op {
+        Op::Put(k, v) => {
+            state.insert(key(*k), value(*k, *v));
+        }
+        Op::Delete(k) => {
+            state.remove(&key(*k));
+        }
+        Op::Batch(ops) => {
+            for (k, v) in ops {
+                match v {
+                    Some(v) => state.insert(key(*k), value(*k, *v)),
+                    None => state.remove(&key(*k)),
+                };
+            }
+        }
+        Op::Flush => {}
+    }
+}
+
+/// What a run did: operations attempted (the last may have failed), and how
+/// many from the start must survive a crash (the synced ones) and a clean
+/// reopen (all acknowledged ones).
+struct Run {
+    attempted: usize,
+    must_survive_crash: usize,
+    must_survive_reopen: usize,
+}
+
+fn run(fs: &FaultFs, ops: &[(Op, bool)]) -> Run {
+    let mut r = Run {
+        attempted: 0,
+        must_survive_crash: 0,
+        must_survive_reopen: 0,
+    };
+    let Ok(db) = DB::open(&options(fs), DIR) else {
+        return r;
+    };
+    for (i, (op, sync)) in ops.iter().enumerate() {
+        r.attempted = i + 1;
+        let wo = WriteOptions {
+            sync: *sync,
+            ..WriteOptions::default()
+        };
+        let result = match op {
+            Op::Put(k, v) => db.put_opt(key(*k), value(*k, *v), &wo),
+            Op::Delete(k) => db.delete_opt(key(*k), &wo),
+            Op::Batch(ops) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => b.put(key(*k), value(*k, *v)),
+                        None => b.delete(key(*k)),
+                    }
+                }
+                db.write_opt(b, &wo)
+            }
+            Op::Flush => db.flush(),
+        };
+        if result.is_err() {
+            break;
+        }
+        r.must_survive_reopen = i + 1;
+        // A synced write also makes every earlier write durable.
+        if *sync || matches!(op, Op::Flush) {
+            r.must_survive_crash = i + 1;
+        }
+    }
+    drop(db);
+    r
+}
+
+fn read_all(db: &DB) -> tphdb::Result<State> {
+    db.iterator(IteratorMode::Start)
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect()
+}
+
+/// Reopens `fs` and checks that the state is the one after some prefix of
+/// `ops` of length in `min..=max`. Returns that length.
+fn verify(fs: &FaultFs, ops: &[(Op, bool)], min: usize, max: usize, what: &str) -> usize {
+    let db = DB::open(&options(fs), DIR).unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
+    let got = read_all(&db).unwrap_or_else(|e| panic!("{what}: scan failed: {e}"));
+    let mut model = State::new();
+    for (op, _) in &ops[..min] {
+        apply(&mut model, op);
+    }
+    let mut p = min;
+    loop {
+        if model == got {
+            break;
+        }
+        assert!(
+            p < max,
+            "{what}: state is no prefix of {min}..={max} operations ({} keys)",
+            got.len()
+        );
+        apply(&mut model, &ops[p].0);
+        p += 1;
+    }
+    // Point reads agree with the scan, and the database accepts writes.
+    for (k, v) in got.iter().take(10) {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{what}");
+    }
+    db.put(b"after", b"recovery")
+        .unwrap_or_else(|e| panic!("{what}: write after recovery: {e}"));
+    p
+}
+
+const ALL: [OpKind; 7] = [
+    OpKind::Write,
+    OpKind::Sync,
+    OpKind::Rename,
+    OpKind::Read,
+    OpKind::Open,
+    OpKind::Create,
+    OpKind::Remove,
+];
+
+/// Fails operation N (once or from then on, as an I/O error or as a full
+/// disk) for every N of a run, then crashes and also reopens cleanly.
+#[test]
+fn sweep_failing_each_operation_in_turn() {
+    let ops = workload(1);
+    let total = {
+        let fs = FaultFs::new();
+        let r = run(&fs, &ops);
+        assert_eq!(r.must_survive_reopen, ops.len());
+        fs.op_count()
+    };
+    assert!(
+        total > 500,
+        "the workload should do real I/O: {total} operations"
+    );
+    let step = std::env::var("TPHDB_SWEEP_STEP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for n in (0..total).step_by(step) {
+        let fs = FaultFs::new();
+        let kind = if n % 3 == 0 {
+            io::ErrorKind::StorageFull
+        } else {
+            io::ErrorKind::Other
+        };
+        fs.fail_nth(&ALL, n, n % 2 == 0, kind);
+        let r = run(&fs, &ops);
+        let image = fs.crash(n);
+        verify(
+            &image,
+            &ops,
+            r.must_survive_crash,
+            r.attempted,
+            &format!("fail op {n}, then crash"),
+        );
+        fs.clear_faults();
+        verify(
+            &fs,
+            &ops,
+            r.must_survive_reopen,
+            r.attempted,
+            &format!("fail op {n}, then reopen"),
+        );
+    }
+}
+
+/// Crashes at each sync of a run in turn, with random fates for the writes
+/// not yet synced.
+#[test]
+fn sweep_crashing_at_each_sync() {
+    let ops = workload(2);
+    let syncs = {
+        let fs = FaultFs::new();
+        run(&fs, &ops);
+        fs.sync_count()
+    };
+    assert!(syncs > 50, "{syncs} syncs");
+    for n in 0..syncs {
+        let fs = FaultFs::new();
+        fs.crash_at_sync(n, n);
+        let r = run(&fs, &ops);
+        let Some(image) = fs.crash_image() else {
+            // Background timing moved the sync past the end of the run.
+            continue;
+        };
+        verify(
+            &image,
+            &ops,
+            r.must_survive_crash,
+            r.attempted,
+            &format!("crash at sync {n}"),
+        );
+    }
+}
+
+/// A small database: 30 keys flushed into pieces, 10 more writes only in the
+/// WAL. Returns the final state and the state once the flushed writes are
+/// in (the least a WAL truncation may leave).
+fn small_db(fs: &FaultFs) -> (State, State) {
+    let opts = Options {
+        write_buffer_size: 1 << 20,
+        ..options(fs)
+    };
+    let db = DB::open(&opts, DIR).unwrap();
+    let mut state = State::new();
+    for i in 0..30u32 {
+        db.put(key(i), value(i, i)).unwrap();
+        state.insert(key(i), value(i, i));
+    }
+    db.flush().unwrap();
+    let flushed = state.clone();
+    for i in 25..35u32 {
+        db.put(key(i), value(i, i + 100)).unwrap();
+        state.insert(key(i), value(i, i + 100));
+    }
+    db.delete(key(3)).unwrap();
+    state.remove(&key(3));
+    db.close().unwrap();
+    (state, flushed)
+}
+
+/// Every bit of every file: opening and reading yield an error, or the right
+/// data (for the WAL: the data up to a clean cut of its tail).
+#[test]
+fn flipping_any_bit_of_any_file_never_yields_a_wrong_value() {
+    let fs = FaultFs::new();
+    let (state, flushed) = small_db(&fs);
+    let files = fs.list(Path::new(DIR)).unwrap();
+    let mut checked = 0;
+    for name in files.iter().filter(|n| *n != "LOCK") {
+        let path = Path::new(DIR).join(name);
+        let f = fs.open_read(&path, tphdb::fs::ReadMode::Pread).unwrap();
+        let good = f.read_at(0, f.len() as usize).unwrap().to_vec();
+        for bit in 0..good.len() * 8 {
+            let img = fs.snapshot();
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            rewrite(&img, &path, &bad);
+            let opts = Options {
+                write_buffer_size: 1 << 20,
+                ..options(&img)
+            };
+            let Ok(db) = DB::open_for_read_only(&opts, DIR) else {
+                continue;
+            };
+            checked += 1;
+            let Ok(got) = read_all(&db) else { continue };
+            let ok = if name.ends_with(".log") {
+                // A clean cut of the WAL: some prefix of its writes.
+                got == state
+                    || (got.len() >= flushed.len() - 5
+                        && got
+                            .iter()
+                            .all(|(k, v)| state.get(k) == Some(v) || flushed.get(k) == Some(v)))
+            } else {
+                got == state
+            };
+            assert!(ok, "bit {bit} of {name}: wrong data ({} keys)", got.len());
+            for (k, v) in &state {
+                if let Ok(Some(g)) = db.get(k) {
+                    assert!(
+                        &g == v || flushed.get(k) == Some(&g) && name.ends_with(".log"),
+                        "bit {bit} of {name}: wrong value"
+                    );
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} flips opened at all");
+}
+
+fn rewrite(fs: &FaultFs, path: &Path, data: &[u8]) {
+    let mut f = fs.create(path).unwrap();
+    f.append(data).unwrap();
+    f.sync().unwrap();
+    fs.sync_dir(Path::new(DIR)).unwrap();
+}
+
+/// A full disk: writes fail with a clear error, reads go on, and once space
+/// is back writing resumes, without a reopen, with nothing lost.
+#[test]
+fn a_full_disk_fails_writes_keeps_reads_and_recovers() {
+    let fs = FaultFs::new();
+    let db = DB::open(&options(&fs), DIR).unwrap();
+    let mut state = State::new();
+    for i in 0..100u32 {
+        db.put(key(i), value(i, 0)).unwrap();
+        state.insert(key(i), value(i, 0));
+    }
+    let used: u64 = fs
+        .list(Path::new(DIR))
+        .unwrap()
+        .iter()
+        .map(|n| fs.file_size(&Path::new(DIR).join(n)).unwrap())
+        .sum();
+    fs.set_capacity(Some(used + 20_000));
+    let mut failed = None;
+    for i in 0..5000u32 {
+        let k = i % 150;
+        match db.put(key(k), value(k, i)) {
+            Ok(()) => {
+                state.insert(key(k), value(k, i));
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let e = failed.expect("the disk filled up");
+    assert!(e.is_no_space(), "{e}");
+    for (k, v) in &state {
+        assert_eq!(
+            db.get(k).unwrap().as_ref(),
+            Some(v),
+            "reads go on while the disk is full"
+        );
+    }
+    fs.set_capacity(None);
+    // Background work retries a moment after it last failed.
+    let resumed = std::time::Instant::now();
+    while db.put(b"probe", b"x").is_err() {
+        assert!(resumed.elapsed().as_secs() < 5, "writes did not resume");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    state.insert(b"probe".to_vec(), b"x".to_vec());
+    for i in 0..300u32 {
+        let k = i % 150;
+        db.put(key(k), value(k, 10_000 + i))
+            .expect("writing resumes once space is back");
+        state.insert(key(k), value(k, 10_000 + i));
+    }
+    db.flush().unwrap();
+    assert_eq!(read_all(&db).unwrap(), state);
+    drop(db);
+    let db = DB::open(&options(&fs), DIR).unwrap();
+    assert_eq!(read_all(&db).unwrap(), state);
+}
+
+/// After a failed sync the database refuses writes until it is reopened:
+/// the page cache may have dropped what the sync was to make durable.
+#[test]
+fn a_failed_sync_makes_the_database_read_only_until_reopened() {
+    let fs = FaultFs::new();
+    let db = DB::open(&options(&fs), DIR).unwrap();
+    db.put(b"a", b"1").unwrap();
+    fs.fail_nth(&[OpKind::Sync], 0, false, io::ErrorKind::Other);
+    let sync = WriteOptions {
+        sync: true,
+        ..WriteOptions::default()
+    };
+    assert!(db.put_opt(b"b", b"2", &sync).is_err());
+    let e = db.put(b"c", b"3").unwrap_err();
+    assert!(matches!(e, tphdb::Error::ReadOnly(_)), "{e}");
+    assert_eq!(
+        db.get(b"a").unwrap().as_deref(),
+        Some(&b"1"[..]),
+        "reads still work"
+    );
+    drop(db);
+    let db = DB::open(&options(&fs), DIR).unwrap();
+    db.put(b"c", b"3").unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+}
