@@ -1,6 +1,7 @@
 //! `tphdb`: benchmarks and tools for the tphdb storage engine.
 
 mod bench;
+mod crashtest;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,12 @@ enum Command {
         #[arg(long)]
         db: std::path::PathBuf,
     },
+    /// Kill -9 a writing process at random moments, reopen and verify, in
+    /// a loop.
+    Crashtest(crashtest::CrashtestArgs),
+    /// One child process of `crashtest` (internal).
+    #[command(hide = true)]
+    CrashtestChild(crashtest::ChildArgs),
 }
 
 fn main() {
@@ -28,6 +35,8 @@ fn main() {
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Stats { db } => stats(&db),
+        Command::Crashtest(a) => crashtest::run(a),
+        Command::CrashtestChild(a) => crashtest::child(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
