@@ -22,17 +22,32 @@ struct Input {
 }
 
 fuzz_target!(|input: Input| {
-    let model: BTreeMap<Vec<u8>, (Option<Vec<u8>>, u64)> =
-        input.entries.into_iter().map(|(k, v, s)| (k, (v, s))).collect();
+    let model: BTreeMap<Vec<u8>, (Option<Vec<u8>>, u64)> = input
+        .entries
+        .into_iter()
+        .map(|(k, v, s)| (k, (v, s)))
+        .collect();
     let entries: Vec<EntryRef> = model
         .iter()
-        .map(|(k, (v, s))| EntryRef { key: k, value: v.as_deref(), seq: *s })
+        .map(|(k, (v, s))| EntryRef {
+            key: k,
+            value: v.as_deref(),
+            seq: *s,
+        })
         .collect();
     let opts = PieceOptions {
         page_size: input.page_size.max(1) as usize,
-        compression: if input.lz4 { Compression::Lz4 } else { Compression::None },
+        compression: if input.lz4 {
+            Compression::Lz4
+        } else {
+            Compression::None
+        },
         align_blocks: input.align,
-        phf_kind: if input.ptr_hash { PhfKind::PtrHash } else { PhfKind::CpHash },
+        phf_kind: if input.ptr_hash {
+            PhfKind::PtrHash
+        } else {
+            PhfKind::CpHash
+        },
         phf: PhfConfig {
             table_factor: if input.minimal { 1.0 } else { 1.1 },
             ..PhfConfig::default()
@@ -53,7 +68,10 @@ fuzz_target!(|input: Input| {
     c.seek_to_first().expect("seek");
     for k in model.keys() {
         assert_eq!(c.key(), Some(&k[..]));
-        assert_eq!(&c.load_entry().expect("load").expect("entry").key[..], &k[..]);
+        assert_eq!(
+            &c.load_entry().expect("load").expect("entry").key[..],
+            &k[..]
+        );
         c.move_next().expect("next");
     }
     assert!(!c.valid());

@@ -20,7 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&phf_dir)?;
     std::fs::create_dir_all(&piece_dir)?;
     std::fs::create_dir_all(&db_dir)?;
-    db_seeds(&db_dir)?;
+    db_seeds(&out)?;
+    block_seeds(&out.join("block_decode"))?;
 
     for (kind, n, c) in [
         (PhfKind::CpHash, 0, 1.1),
@@ -94,9 +95,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// A real database's MANIFEST, WAL and pieces, framed for `db_open`:
-/// `kind:u8 number:u32 len:u32 bytes`, kind 0 MANIFEST, 1 WAL, 2 piece.
-fn db_seeds(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+/// Blocks as the piece writer encodes them, framed for `block_decode`:
+/// `count:u8 max_raw/16:u16 block`.
+fn block_seeds(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(out)?;
+    let keys: Vec<Vec<u8>> = (0..12u32)
+        .map(|i| format!("key{i:03}").into_bytes())
+        .collect();
+    let values: Vec<Vec<u8>> = (0..12u32)
+        .map(|i| vec![b'v'; (i * 11 % 40) as usize])
+        .collect();
+    let slots: Vec<Option<EntryRef>> = (0..12)
+        .map(|i| {
+            (i % 4 != 3).then(|| EntryRef {
+                key: &keys[i],
+                value: (i % 5 != 0).then_some(&values[i][..]),
+                seq: i as u64 * 3,
+            })
+        })
+        .collect();
+    for (name, lz4) in [("plain", false), ("lz4", true)] {
+        let (block, raw) = tphdb::fuzzing::encode_block(&slots, lz4)?;
+        let mut framed = vec![slots.len() as u8];
+        framed.extend_from_slice(&(raw.div_ceil(16) as u16).to_le_bytes());
+        framed.extend_from_slice(&block);
+        std::fs::write(out.join(format!("seed-{name}")), framed)?;
+    }
+    Ok(())
+}
+
+/// A real database's MANIFEST, WAL and pieces: framed for `db_open` as
+/// `kind:u8 number:u32 len:u32 bytes` (kind 0 MANIFEST, 1 WAL, 2 piece),
+/// and the bare log files for the log, WAL and MANIFEST targets.
+fn db_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let out = &root.join("db_open");
+    for t in ["log_reader", "wal_replay", "manifest_replay"] {
+        std::fs::create_dir_all(root.join(t))?;
+    }
     use std::sync::Arc;
     use tphdb::{Options, DB};
     for (name, flushes) in [("flushed", 3u32), ("wal-only", 0)] {
@@ -141,6 +176,14 @@ fn db_seeds(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
                 continue;
             };
             let bytes = fs.read_file(&dir.join(&n))?;
+            let targets: &[&str] = match kind {
+                0 => &["log_reader", "manifest_replay"],
+                1 => &["log_reader", "wal_replay"],
+                _ => &[],
+            };
+            for t in targets {
+                std::fs::write(root.join(t).join(format!("seed-{name}-{n}")), &bytes)?;
+            }
             framed.push(kind);
             framed.extend_from_slice(&number.to_le_bytes());
             framed.extend_from_slice(&(bytes.len() as u32).to_le_bytes());

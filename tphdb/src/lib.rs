@@ -9,6 +9,8 @@ mod db;
 mod error;
 mod filename;
 pub mod fs;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hash;
 mod log;
 mod memtable;

@@ -8,7 +8,7 @@
 //! a key-order index with sampled keys for scans. Every byte is covered by a
 //! CRC32C. The layout is in `docs/format.md`.
 
-mod block;
+pub(crate) mod block;
 mod block_index;
 mod entry;
 mod format;

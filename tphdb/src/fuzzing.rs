@@ -1,0 +1,144 @@
+//! Entry points into internal decoders for the fuzz targets in `fuzz/`.
+//! Not part of the supported API: signatures may change at any time.
+
+use std::path::Path;
+
+use bytes::Bytes;
+
+use crate::batch::{BatchOp, WriteBatch};
+use crate::error::Result;
+use crate::fs::{FileSystem, MemFs, ReadMode};
+use crate::log::{LogReader, LogWriter};
+use crate::memtable::MemTable;
+use crate::piece::{Compression, Entry, EntryRef};
+use crate::version::{VersionEdit, VersionSet};
+
+/// A write: a put (`Some`) or a delete (`None`).
+pub type Op = (Vec<u8>, Option<Vec<u8>>);
+
+/// The newest version of a key: key, sequence number, value (`None`: a
+/// tombstone).
+pub type KeyVersion = (Vec<u8>, u64, Option<Vec<u8>>);
+
+/// How a log ended: every record, and where and why it stopped early
+/// (offset, whether intact records follow the damage).
+pub struct LogContents {
+    /// The records returned before the end or the damage.
+    pub records: Vec<Vec<u8>>,
+    /// `(offset, valid_data_follows)` when the tail was dropped.
+    pub tail: Option<(u64, bool)>,
+}
+
+fn mem_file(bytes: &[u8]) -> (MemFs, &'static Path) {
+    let fs = MemFs::new();
+    let path = Path::new("/f");
+    fs.write_file(path, bytes.to_vec());
+    (fs, path)
+}
+
+/// Reads every record of a log file (WAL or MANIFEST framing).
+pub fn read_log(bytes: &[u8]) -> Result<LogContents> {
+    let (fs, path) = mem_file(bytes);
+    let mut reader = LogReader::new(fs.open_read(path, ReadMode::Pread)?);
+    let mut records = Vec::new();
+    while let Some(r) = reader.next_record()? {
+        records.push(r);
+    }
+    let tail = reader.tail_drop().map(|t| (t.offset, t.valid_data_follows));
+    Ok(LogContents { records, tail })
+}
+
+/// Writes `records` with the log writer and returns the file's bytes.
+pub fn write_log(records: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let fs = MemFs::new();
+    let path = Path::new("/f");
+    let mut w = LogWriter::new(fs.create(path)?, 0);
+    for r in records {
+        w.add_record(r)?;
+    }
+    w.flush()?;
+    Ok(crate::fs::read_all(&fs, path)?.to_vec())
+}
+
+/// Replays a WAL file as open does: records, write batches, memtable.
+/// Returns the newest version of every key (key, seq, value).
+pub fn replay_wal(bytes: &[u8]) -> Result<Vec<KeyVersion>> {
+    let mem = MemTable::new(1);
+    for rec in read_log(bytes)?.records {
+        let (seq, batch) = WriteBatch::decode(&rec)?;
+        for (i, op) in batch.ops().enumerate() {
+            let s = seq.wrapping_add(i as u64);
+            match op {
+                BatchOp::Put(k, v) => mem.insert(k, s, Some(v)),
+                BatchOp::Delete(k) => mem.insert(k, s, None),
+            }
+        }
+    }
+    Ok(mem
+        .newest_versions()
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.seq, v.value.map(|b| b.to_vec())))
+        .collect())
+}
+
+/// Encodes a write batch with sequence number `seq`.
+pub fn encode_batch(seq: u64, ops: &[Op]) -> Vec<u8> {
+    let mut b = WriteBatch::new();
+    for (k, v) in ops {
+        match v {
+            Some(v) => b.put(k, v),
+            None => b.delete(k),
+        }
+    }
+    b.encode_with_seq(seq).to_vec()
+}
+
+/// Decodes a write batch record.
+pub fn decode_batch(rep: &[u8]) -> Result<(u64, Vec<Op>)> {
+    let (seq, b) = WriteBatch::decode(rep)?;
+    let ops = b
+        .ops()
+        .map(|op| match op {
+            BatchOp::Put(k, v) => (k.to_vec(), Some(v.to_vec())),
+            BatchOp::Delete(k) => (k.to_vec(), None),
+        })
+        .collect();
+    Ok((seq, ops))
+}
+
+/// Decodes one MANIFEST record, re-encodes it and decodes it again; returns
+/// whether the two decodings agree (`None` when the record does not decode).
+pub fn version_edit_roundtrip(rec: &[u8]) -> Option<bool> {
+    let e = VersionEdit::decode(rec).ok()?;
+    Some(VersionEdit::decode(&e.encode()).ok().as_ref() == Some(&e))
+}
+
+/// Replays a MANIFEST as open does (CURRENT names it); returns a
+/// description of the recovered structure.
+pub fn replay_manifest(bytes: &[u8]) -> Result<String> {
+    let fs = MemFs::new();
+    let dir = Path::new("/db");
+    let name = "MANIFEST-000001";
+    fs.write_file(&dir.join(name), bytes.to_vec());
+    let current = format!("{name}\ncrc32c={:08x}\n", crc32c::crc32c(name.as_bytes()));
+    fs.write_file(&dir.join("CURRENT"), current.into_bytes());
+    Ok(format!("{:?}", VersionSet::read_state(&fs, dir)?))
+}
+
+/// Decodes a block of `count` slots and reads every slot.
+pub fn decode_block(bytes: &[u8], count: usize, max_raw: usize) -> Result<Vec<Option<Entry>>> {
+    let block = crate::piece::block::Block::decode(Bytes::copy_from_slice(bytes), count, max_raw)?;
+    (0..block.slot_count()).map(|i| block.entry(i)).collect()
+}
+
+/// Encodes `slots` as one block; returns the bytes and the raw size.
+pub fn encode_block(slots: &[Option<EntryRef<'_>>], lz4: bool) -> Result<(Vec<u8>, usize)> {
+    let compression = if lz4 {
+        Compression::Lz4
+    } else {
+        Compression::None
+    };
+    let mut out = Vec::new();
+    let raw = crate::piece::block::encode_block(slots, compression, &mut Vec::new(), &mut out)?;
+    Ok((out, raw))
+}
