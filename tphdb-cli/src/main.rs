@@ -2,6 +2,7 @@
 
 mod bench;
 mod crashtest;
+mod stress;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +26,9 @@ enum Command {
     /// Kill -9 a writing process at random moments, reopen and verify, in
     /// a loop.
     Crashtest(crashtest::CrashtestArgs),
+    /// Many threads mix reads, writes, scans and snapshots against an
+    /// expected-state model, with flushes, compactions and reopens.
+    Stress(stress::StressArgs),
     /// One child process of `crashtest` (internal).
     #[command(hide = true)]
     CrashtestChild(crashtest::ChildArgs),
@@ -36,6 +40,7 @@ fn main() {
         Command::Bench(args) => bench::run(args),
         Command::Stats { db } => stats(&db),
         Command::Crashtest(a) => crashtest::run(a),
+        Command::Stress(a) => stress::run(a),
         Command::CrashtestChild(a) => crashtest::child(a),
     };
     if let Err(e) = result {

@@ -503,6 +503,7 @@ impl Inner {
     /// Flushes, then pushes everything to the bottom level and folds every
     /// bottom TPH into one piece, with no other job running.
     pub(crate) fn compact_all(self: &Arc<Self>) -> Result<()> {
+        let _manual = self.manual_compaction.lock();
         self.flush()?;
         {
             let mut st = self.state.lock();

@@ -150,6 +150,10 @@ pub(crate) struct Inner {
     pub(crate) io_pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) shutting_down: AtomicBool,
     sync_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Held through a manual compaction: two at once would merge the same
+    /// TPHs from the same version, and the second result would drop the
+    /// first's writes.
+    pub(crate) manual_compaction: Mutex<()>,
 }
 
 impl Inner {

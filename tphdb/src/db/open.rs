@@ -272,6 +272,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         io_pool,
         shutting_down: AtomicBool::new(false),
         sync_thread: Mutex::new(None),
+        manual_compaction: Mutex::new(()),
     });
     if let (false, SyncPolicy::IntervalMs(ms)) = (read_only, opts.sync_policy) {
         let i = inner.clone();
