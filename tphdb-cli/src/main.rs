@@ -23,6 +23,19 @@ enum Command {
         #[arg(long)]
         db: std::path::PathBuf,
     },
+    /// Check every checksum and index invariant, file by file (read-only).
+    Verify {
+        /// The database directory.
+        #[arg(long)]
+        db: std::path::PathBuf,
+    },
+    /// Salvage what is intact into a consistent database in place; the old
+    /// files move to DIR/lost/.
+    Repair {
+        /// The database directory.
+        #[arg(long)]
+        db: std::path::PathBuf,
+    },
     /// Kill -9 a writing process at random moments, reopen and verify, in
     /// a loop.
     Crashtest(crashtest::CrashtestArgs),
@@ -39,6 +52,8 @@ fn main() {
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
         Command::Stats { db } => stats(&db),
+        Command::Verify { db } => verify(&db),
+        Command::Repair { db } => repair(&db),
         Command::Crashtest(a) => crashtest::run(a),
         Command::Stress(a) => stress::run(a),
         Command::CrashtestChild(a) => crashtest::child(a),
@@ -52,5 +67,20 @@ fn main() {
 fn stats(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let db = tphdb::DB::open_for_read_only(&tphdb::Options::default(), dir)?;
     print!("{}", db.stats().report());
+    Ok(())
+}
+
+fn verify(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let report = tphdb::DB::verify(&tphdb::Options::default(), dir)?;
+    print!("{report}");
+    if !report.is_ok() {
+        return Err("the database is damaged".into());
+    }
+    Ok(())
+}
+
+fn repair(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let report = tphdb::DB::repair(&tphdb::Options::default(), dir)?;
+    print!("{report}");
     Ok(())
 }

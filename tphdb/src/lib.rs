@@ -22,7 +22,7 @@ mod version;
 
 pub use batch::WriteBatch;
 pub use db::{
-    DBIterator, DBRawIterator, DbStats, Direction, IteratorMode, LevelStats, Options, ReadOptions,
-    Snapshot, SyncPolicy, WriteOptions, DB,
+    DBIterator, DBRawIterator, DbStats, Direction, FileCheck, IteratorMode, LevelStats, Options,
+    ReadOptions, RepairReport, Snapshot, SyncPolicy, VerifyReport, WriteOptions, DB,
 };
 pub use error::{Error, Result};

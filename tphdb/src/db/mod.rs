@@ -12,6 +12,7 @@ mod jobs;
 mod open;
 mod options;
 mod read;
+mod repair;
 mod stats;
 mod write;
 
@@ -28,6 +29,7 @@ use parking_lot::{Condvar, Mutex};
 pub use iter::{DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
 pub use options::{Options, SyncPolicy, WriteOptions};
 pub use read::Snapshot;
+pub use repair::{FileCheck, RepairReport, VerifyReport};
 pub use stats::{DbStats, LevelStats};
 
 use self::stats::Stats;
@@ -251,6 +253,23 @@ impl DB {
     /// Deletes the database in `path` and its directory.
     pub fn destroy(opts: &Options, path: impl AsRef<Path>) -> Result<()> {
         open::destroy(opts, path.as_ref())
+    }
+
+    /// Checks every checksum and index invariant of the database in
+    /// `path`, file by file, without changing anything. Takes a shared
+    /// lock: it runs beside read-only opens, not beside a writer.
+    pub fn verify(opts: &Options, path: impl AsRef<Path>) -> Result<VerifyReport> {
+        repair::verify(opts, path.as_ref())
+    }
+
+    /// Salvages every intact entry of the database in `path` (pieces and
+    /// WALs; the newest version of each key wins) into a new, consistent
+    /// database in its place, and moves the old files to `path/lost/`.
+    /// A key whose newest version was in a damaged block comes back with
+    /// an older version, or not at all; a deleted key whose tombstone was
+    /// damaged can come back. The report lists what was lost.
+    pub fn repair(opts: &Options, path: impl AsRef<Path>) -> Result<RepairReport> {
+        repair::repair(opts, path.as_ref())
     }
 
     /// The database directory.

@@ -10,6 +10,7 @@
 
 pub(crate) mod block;
 mod block_index;
+mod check;
 mod entry;
 mod format;
 mod reader;

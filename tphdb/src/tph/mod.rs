@@ -271,6 +271,63 @@ impl Tph {
         self.index.route(key, key_hash(key)) == Some(piece)
     }
 
+    /// Checks the global index against the pieces: it routes every live
+    /// entry to its own piece and every dead one to a newer version of its
+    /// key, the live counts match, and (above level 0) every key belongs
+    /// to the TPH's partition. Returns `(live, dead)` entry counts.
+    pub(crate) fn verify(&self, partitions: u64) -> Result<(u64, u64)> {
+        let name = self.head.name();
+        let (mut live, mut dead) = (0u64, 0u64);
+        for (i, p) in self.pieces.iter().enumerate() {
+            let mut piece_live = 0u64;
+            for e in p.iter() {
+                let e = e?;
+                let h = key_hash(&e.key);
+                if self.level > 0 && crate::hash::partition_of(h, partitions) != self.partition {
+                    return Err(Error::corruption(
+                        format!("partition of a key in {}", p.name()),
+                        self.partition,
+                        crate::hash::partition_of(h, partitions),
+                    )
+                    .at(name));
+                }
+                match self.index.route(&e.key, h) {
+                    Some(j) if j == i => piece_live += 1,
+                    Some(j) => {
+                        let newer = self.pieces[j].get_hashed(&e.key, h)?;
+                        if newer.as_ref().is_none_or(|n| n.seq <= e.seq) {
+                            return Err(Error::corruption(
+                                format!("global index entry of a key in {}", p.name()),
+                                format!("a newer version in {}", self.pieces[j].name()),
+                                format!("{:?}", newer.map(|n| n.seq)),
+                            )
+                            .at(name));
+                        }
+                        dead += 1;
+                    }
+                    None => {
+                        return Err(Error::corruption(
+                            format!("global index entry of a key in {}", p.name()),
+                            "a route to a piece",
+                            "none",
+                        )
+                        .at(name))
+                    }
+                }
+            }
+            if piece_live != self.live_counts[i] {
+                return Err(Error::corruption(
+                    format!("live entries of {}", p.name()),
+                    self.live_counts[i],
+                    piece_live,
+                )
+                .at(name));
+            }
+            live += piece_live;
+        }
+        Ok((live, dead))
+    }
+
     /// Every live entry, in key order: the delta this TPH hands to the level
     /// below.
     pub(crate) fn live_entries(&self) -> Result<Vec<DeltaEntry>> {
