@@ -54,7 +54,11 @@ fn verify_finds_damage_and_repair_salvages_the_rest() {
     assert!(stdout.contains("lost: "), "{stdout}");
 
     let out = tphdb(&["verify", "--db", path]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let db = DB::open(&opts, &db_dir).unwrap();
     let kept = db.iterator(tphdb::IteratorMode::Start).count();
     assert!(kept > 4000 && kept < 5000, "{kept} keys kept");

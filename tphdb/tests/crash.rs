@@ -436,3 +436,55 @@ fn a_failed_sync_makes_the_database_read_only_until_reopened() {
     db.put(b"c", b"3").unwrap();
     assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
+
+/// Recovery is point in time: a WAL torn in its middle stops replay, and
+/// the later WALs, whose writes are newer than the lost one, are skipped.
+#[test]
+fn wals_after_a_torn_one_are_not_replayed() {
+    let fs = FaultFs::new();
+    let opts = Options {
+        write_buffer_size: 1 << 20,
+        ..options(&fs)
+    };
+    let db = DB::open(&opts, DIR).unwrap();
+    let sync = WriteOptions {
+        sync: true,
+        ..WriteOptions::default()
+    };
+    for i in 0..20u32 {
+        db.put_opt(key(i), value(i, 1), &sync).unwrap();
+    }
+    // Keep the first WAL unflushed: every piece creation fails.
+    fs.fail_nth(&[OpKind::Create], 1, true, io::ErrorKind::StorageFull);
+    assert!(db.flush().unwrap_err().is_no_space());
+    db.put_opt(b"later", b"write", &sync).unwrap();
+    let image = fs.crash(0);
+    drop(db);
+    let mut wals: Vec<String> = image
+        .list(Path::new(DIR))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".log"))
+        .collect();
+    wals.sort();
+    assert_eq!(wals.len(), 2, "{wals:?}");
+    // Damage the tail of the first WAL's data.
+    let first = Path::new(DIR).join(&wals[0]);
+    let f = image.open_read(&first, tphdb::fs::ReadMode::Pread).unwrap();
+    let mut bytes = f.read_at(0, f.len() as usize).unwrap().to_vec();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    rewrite(&image, &first, &bytes);
+    let db = DB::open(&options(&image), DIR).unwrap();
+    let stats = db.stats();
+    assert_eq!(stats.wal_files_skipped, 1);
+    assert!(stats.wal_dropped_bytes > 0);
+    assert_eq!(
+        db.get(b"later").unwrap(),
+        None,
+        "a write newer than a lost one"
+    );
+    for i in 0..19u32 {
+        assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)));
+    }
+}

@@ -253,6 +253,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     stats
         .wal_dropped_bytes
         .store(replay.dropped_bytes, Ordering::Relaxed);
+    stats
+        .wal_files_skipped
+        .store(replay.skipped_files as u64, Ordering::Relaxed);
     let inner = Arc::new(Inner {
         dir: dir.to_path_buf(),
         fs,

@@ -32,6 +32,7 @@ pub(crate) struct Stats {
     pub(crate) open_micros: AtomicU64,
     pub(crate) wal_replayed_batches: AtomicU64,
     pub(crate) wal_dropped_bytes: AtomicU64,
+    pub(crate) wal_files_skipped: AtomicU64,
 }
 
 impl Stats {
@@ -140,6 +141,9 @@ pub struct DbStats {
     pub wal_replayed_batches: u64,
     /// Bytes of torn WAL tail dropped at open.
     pub wal_dropped_bytes: u64,
+    /// WAL files after a torn one, not replayed at open (their writes are
+    /// newer than a lost one).
+    pub wal_files_skipped: u64,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -230,6 +234,7 @@ impl Inner {
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
             wal_dropped_bytes: s.wal_dropped_bytes.load(Relaxed),
+            wal_files_skipped: s.wal_files_skipped.load(Relaxed),
         }
     }
 
@@ -324,13 +329,14 @@ impl DbStats {
         );
         let _ = writeln!(
             s,
-            "stalls {} ms  wal {} bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes)",
+            "stalls {} ms  wal {} bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs)",
             self.stall_micros / 1000,
             self.wal_bytes,
             self.wal_syncs,
             self.open_micros / 1000,
             self.wal_replayed_batches,
-            self.wal_dropped_bytes
+            self.wal_dropped_bytes,
+            self.wal_files_skipped
         );
         s.push_str(&self.level_table());
         s
