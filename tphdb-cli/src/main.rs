@@ -42,6 +42,12 @@ enum Command {
     /// Many threads mix reads, writes, scans and snapshots against an
     /// expected-state model, with flushes, compactions and reopens.
     Stress(stress::StressArgs),
+    /// One engine's run of a side-by-side benchmark (internal).
+    #[command(hide = true)]
+    BenchChild {
+        /// The run, as JSON.
+        spec: String,
+    },
     /// One child process of `crashtest` (internal).
     #[command(hide = true)]
     CrashtestChild(crashtest::ChildArgs),
@@ -55,6 +61,7 @@ fn main() {
         Command::Verify { db } => verify(&db),
         Command::Repair { db } => repair(&db),
         Command::Crashtest(a) => crashtest::run(a),
+        Command::BenchChild { spec } => bench_child(&spec),
         Command::Stress(a) => stress::run(a),
         Command::CrashtestChild(a) => crashtest::child(a),
     };
@@ -82,5 +89,11 @@ fn verify(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
 fn repair(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let report = tphdb::DB::repair(&tphdb::Options::default(), dir)?;
     print!("{report}");
+    Ok(())
+}
+
+fn bench_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let result = bench::peer::child(serde_json::from_str(spec)?)?;
+    println!("{result}");
     Ok(())
 }

@@ -2,10 +2,13 @@
 
 mod db;
 mod disk;
+mod engines;
 mod latency;
+pub mod peer;
 mod phf;
 mod piece;
 mod report;
+mod ycsb;
 
 use clap::{Args, Subcommand};
 
@@ -37,6 +40,24 @@ enum Workload {
     Seekrandom(db::DbArgs),
     /// Time to reopen a loaded database, with and without a WAL to replay.
     Open(db::DbArgs),
+    /// YCSB A: 50% reads, 50% updates, zipfian.
+    #[command(name = "ycsb-a")]
+    YcsbA(peer::PeerArgs),
+    /// YCSB B: 95% reads, 5% updates, zipfian.
+    #[command(name = "ycsb-b")]
+    YcsbB(peer::PeerArgs),
+    /// YCSB C: reads only, zipfian.
+    #[command(name = "ycsb-c")]
+    YcsbC(peer::PeerArgs),
+    /// YCSB D: 95% reads of the latest records, 5% inserts.
+    #[command(name = "ycsb-d")]
+    YcsbD(peer::PeerArgs),
+    /// YCSB E: 95% scans of 1-100 records, 5% inserts, zipfian.
+    #[command(name = "ycsb-e")]
+    YcsbE(peer::PeerArgs),
+    /// YCSB F: 50% reads, 50% read-modify-writes, zipfian.
+    #[command(name = "ycsb-f")]
+    YcsbF(peer::PeerArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -50,6 +71,12 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         Workload::Readwhilewriting(a) => db::run(db::DbWorkload::ReadWhileWriting, a),
         Workload::Seekrandom(a) => db::run(db::DbWorkload::SeekRandom, a),
         Workload::Open(a) => db::run(db::DbWorkload::Open, a),
+        Workload::YcsbA(a) => peer::run("ycsb-a", a),
+        Workload::YcsbB(a) => peer::run("ycsb-b", a),
+        Workload::YcsbC(a) => peer::run("ycsb-c", a),
+        Workload::YcsbD(a) => peer::run("ycsb-d", a),
+        Workload::YcsbE(a) => peer::run("ycsb-e", a),
+        Workload::YcsbF(a) => peer::run("ycsb-f", a),
     }
 }
 

@@ -34,6 +34,10 @@ impl Report {
         self.results.push(row);
     }
 
+    pub fn rows(&self) -> &[Map<String, Value>] {
+        &self.results
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "workload": self.workload,
@@ -63,6 +67,12 @@ impl Report {
                 }
             }
         }
+        self.print_columns(&cols);
+    }
+
+    /// Prints the results as an aligned table of the given columns.
+    pub fn print_columns<S: AsRef<str>>(&self, cols: &[S]) {
+        let cols: Vec<String> = cols.iter().map(|c| c.as_ref().to_string()).collect();
         let cell = |v: Option<&Value>| match v {
             None | Some(Value::Null) => "-".to_string(),
             Some(Value::String(s)) => s.clone(),

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what the `peers` benchmark feature links against: RocksDB 7.8 and
+# LevelDB from Debian's packages, and libclang for the RocksDB bindings.
+# LMDB, redb and fjall build from their crates. Needs root (or sudo).
+set -euo pipefail
+
+packages=(librocksdb-dev libleveldb-dev libclang-dev fio)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+echo "peers ready: cargo run --release --features peers --bin tphdb -- bench ycsb-c --engines tphdb,rocksdb"

@@ -1,0 +1,92 @@
+//! The stores `tphdb bench` compares, behind one small interface. Peers
+//! (RocksDB, LMDB, LevelDB, fjall, redb) build with the `peers` feature;
+//! see `scripts/setup-peers.sh`.
+//!
+//! Every engine runs with compression off and without a sync per write
+//! (the default of RocksDB, LevelDB and tphdb; LMDB with `NO_SYNC`, redb
+//! with `Durability::None`), so that all of them do the same work.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+mod tphdb_engine;
+
+#[cfg(feature = "peers")]
+mod fjall_engine;
+#[cfg(feature = "peers")]
+mod leveldb_engine;
+#[cfg(feature = "peers")]
+mod lmdb_engine;
+#[cfg(feature = "peers")]
+mod redb_engine;
+#[cfg(feature = "peers")]
+mod rocksdb_engine;
+
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// What every engine under test offers. Shared between threads.
+pub trait Kv: Send + Sync {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// The value's length, or `None` when absent (the value is read).
+    fn get(&self, key: &[u8]) -> Result<Option<usize>>;
+    /// Reads up to `n` entries from the first key `>= start`; returns how
+    /// many it read.
+    fn scan(&self, start: &[u8], n: usize) -> Result<usize>;
+    /// Makes every write durable and lets background work finish (flushes,
+    /// compactions), so a following phase measures a settled store.
+    fn settle(&self) -> Result<()>;
+    /// Engine-specific figures for the report.
+    fn extra(&self, _keys: u64) -> Vec<(&'static str, Value)> {
+        Vec::new()
+    }
+}
+
+/// How the benchmark configures every engine.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct EngineConfig {
+    /// Read with O_DIRECT where the engine can (tphdb, RocksDB).
+    pub direct_io: bool,
+    /// Bytes of index memory tphdb used in a previous run, for
+    /// `rocksdb-tuned`'s block cache (0: a default of 32 MiB).
+    pub tuned_cache_bytes: u64,
+    /// Expected data size, for engines that must reserve a map (LMDB).
+    pub data_bytes: u64,
+}
+
+/// Every engine name `--engines` accepts.
+pub const ALL: [&str; 8] = [
+    "tphdb",
+    "rocksdb",
+    "rocksdb-tuned",
+    "lmdb",
+    "leveldb",
+    "fjall",
+    "redb",
+    "pogreb",
+];
+
+/// Opens engine `name` in the new directory `dir`.
+pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Kv>> {
+    std::fs::create_dir_all(dir)?;
+    match name {
+        "tphdb" => Ok(Box::new(tphdb_engine::Tphdb::open(dir, cfg)?)),
+        #[cfg(feature = "peers")]
+        "rocksdb" => Ok(Box::new(rocksdb_engine::Rocks::open(dir, cfg, false)?)),
+        #[cfg(feature = "peers")]
+        "rocksdb-tuned" => Ok(Box::new(rocksdb_engine::Rocks::open(dir, cfg, true)?)),
+        #[cfg(feature = "peers")]
+        "lmdb" => Ok(Box::new(lmdb_engine::Lmdb::open(dir, cfg)?)),
+        #[cfg(feature = "peers")]
+        "leveldb" => Ok(Box::new(leveldb_engine::LevelDb::open(dir, cfg)?)),
+        #[cfg(feature = "peers")]
+        "fjall" => Ok(Box::new(fjall_engine::Fjall::open(dir, cfg)?)),
+        #[cfg(feature = "peers")]
+        "redb" => Ok(Box::new(redb_engine::Redb::open(dir, cfg)?)),
+        n if ALL.contains(&n) && n != "tphdb" => Err(format!(
+            "engine {n} needs a build with `--features peers` (run scripts/setup-peers.sh first)"
+        )
+        .into()),
+        n => Err(format!("unknown engine {n}; known: {}", ALL.join(", ")).into()),
+    }
+}

@@ -1,0 +1,90 @@
+//! tphdb itself.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+use tphdb::fs::ReadMode;
+use tphdb::{Options, DB};
+
+use super::{EngineConfig, Kv, Result};
+use crate::bench::report::round;
+
+pub struct Tphdb(DB);
+
+impl Tphdb {
+    pub fn open(dir: &Path, cfg: &EngineConfig) -> Result<Tphdb> {
+        let opts = Options {
+            read_mode: if cfg.direct_io {
+                ReadMode::Direct
+            } else {
+                ReadMode::Mmap
+            },
+            ..Options::default()
+        };
+        Ok(Tphdb(DB::open(&opts, dir)?))
+    }
+}
+
+impl Kv for Tphdb {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        Ok(self.0.put(key, value)?)
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.0.get_pinned(key)?.map(|v| v.len()))
+    }
+
+    fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
+        let mut it = self.0.raw_iterator();
+        it.seek(start);
+        let mut read = 0;
+        while read < n && it.valid() {
+            std::hint::black_box(it.value());
+            read += 1;
+            it.next();
+        }
+        it.status()?;
+        Ok(read)
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.0.flush()?;
+        self.0.wait_for_compactions()?;
+        Ok(())
+    }
+
+    fn extra(&self, keys: u64) -> Vec<(&'static str, Value)> {
+        let st = self.0.stats();
+        let levels: Vec<Value> = st
+            .levels
+            .iter()
+            .map(|l| {
+                json!({
+                    "level": l.level,
+                    "tphs": l.tphs,
+                    "empty_partitions": l.empty_partitions,
+                    "pieces": l.pieces,
+                    "live_entries": l.live_entries,
+                    "stored_entries": l.stored_entries,
+                    "file_bytes": l.file_bytes,
+                    "live_bytes": l.live_bytes,
+                    // Dead entries, indexes and page padding.
+                    "other_bytes": l.file_bytes.saturating_sub(l.live_bytes),
+                    "index_bytes": l.index_bytes,
+                })
+            })
+            .collect();
+        vec![
+            ("reads_per_get", json!(round(st.reads_per_get, 4))),
+            (
+                "index_bytes_per_key",
+                json!(round(st.index_memory_bytes as f64 / keys.max(1) as f64, 3)),
+            ),
+            ("index_bytes", json!(st.index_memory_bytes)),
+            ("compactions", json!(st.compactions)),
+            ("flushes", json!(st.flushes)),
+            ("levels", Value::Array(levels)),
+            ("structure", json!(st.level_table())),
+        ]
+    }
+}

@@ -1,0 +1,47 @@
+//! A tiny side-by-side run of every engine the `peers` feature builds.
+//! Without the feature (the system libraries not installed) it checks that
+//! peers are refused with a clear message instead.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .arg("bench")
+        .args(args)
+        .args(["--keys", "2000", "--ops", "2000", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("run tphdb bench");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[cfg(feature = "peers")]
+fn every_engine_runs_every_ycsb_workload() {
+    let engines = "tphdb,rocksdb,rocksdb-tuned,lmdb,leveldb,fjall,redb";
+    for w in ["ycsb-a", "ycsb-b", "ycsb-c", "ycsb-d", "ycsb-e", "ycsb-f"] {
+        let (ok, stdout, stderr) = bench(&[w, "--engines", engines]);
+        assert!(ok, "{w}: {stdout}\n{stderr}");
+        for e in engines.split(',') {
+            assert!(
+                stdout.lines().any(|l| l.starts_with(&format!("{e} "))),
+                "{w}: no row for {e}:\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+#[cfg(not(feature = "peers"))]
+fn peers_need_the_feature() {
+    let (ok, stdout, stderr) = bench(&["ycsb-c", "--engines", "tphdb,rocksdb"]);
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("--features peers"), "{stderr}");
+    let (ok, stdout, stderr) = bench(&["ycsb-c", "--engines", "tphdb"]);
+    assert!(ok, "{stdout}\n{stderr}");
+}
