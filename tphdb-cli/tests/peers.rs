@@ -24,9 +24,14 @@ fn bench(args: &[&str]) -> (bool, String, String) {
 #[cfg(feature = "peers")]
 fn every_engine_runs_every_ycsb_workload() {
     let engines = "tphdb,rocksdb,rocksdb-tuned,lmdb,leveldb,fjall,redb";
+    let plots = tempfile::tempdir().unwrap();
     for w in ["ycsb-a", "ycsb-b", "ycsb-c", "ycsb-d", "ycsb-e", "ycsb-f"] {
-        let (ok, stdout, stderr) = bench(&[w, "--engines", engines]);
+        let plot_dir = plots.path().to_str().unwrap();
+        let (ok, stdout, stderr) = bench(&[w, "--engines", engines, "--plot", plot_dir]);
         assert!(ok, "{w}: {stdout}\n{stderr}");
+        let svg = std::fs::read_to_string(plots.path().join(format!("{w}-throughput.svg")))
+            .expect("a throughput plot");
+        assert!(svg.starts_with("<svg") && svg.contains("rocksdb"), "{w}");
         for e in engines.split(',') {
             assert!(
                 stdout.lines().any(|l| l.starts_with(&format!("{e} "))),

@@ -7,6 +7,7 @@ mod latency;
 pub mod peer;
 mod phf;
 mod piece;
+mod plot;
 mod report;
 mod ycsb;
 

@@ -7,6 +7,7 @@
 //! (`/proc/self/io`) the engine's own.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +62,10 @@ pub struct PeerArgs {
     /// Write results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write plots (SVG) to this directory: throughput over time and a
+    /// latency CDF per operation type.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Seed of the operation streams.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -317,6 +322,19 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
             .collect();
         let mut last = 0;
         let mut tick = run_start;
+        // A bar on a terminal; a line every 5 seconds in a log.
+        let bar = std::io::stderr()
+            .is_terminal()
+            .then(|| {
+                indicatif::ProgressBar::new(spec.ops).with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "  {prefix} [{bar:40}] {pos}/{len} ops, {msg}",
+                    )
+                    .expect("template")
+                    .progress_chars("=> "),
+                )
+            })
+            .map(|b| b.with_prefix(format!("{} {}", spec.engine, spec.workload)));
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
             if tick.elapsed() >= Duration::from_secs(1) {
@@ -324,17 +342,30 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                 let now = done.load(Ordering::Relaxed);
                 per_second.push(now - last);
                 last = now;
-                eprintln!(
-                    "  {} {}: {now}/{} ops, {} ops/s in the last second",
-                    spec.engine,
-                    spec.workload,
-                    spec.ops,
+                let rate = format!(
+                    "{} ops/s in the last second",
                     per_second.last().copied().unwrap_or(0)
                 );
+                match &bar {
+                    Some(b) => {
+                        b.set_position(now);
+                        b.set_message(rate);
+                    }
+                    None if per_second.len() % 5 == 0 => {
+                        eprintln!(
+                            "  {} {}: {now}/{} ops, {rate}",
+                            spec.engine, spec.workload, spec.ops
+                        )
+                    }
+                    None => {}
+                }
             }
             if run_start.elapsed() > limit {
                 stop.store(true, Ordering::Relaxed);
             }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
         }
         for h in handles {
             h.join().expect("run thread").map_err(|e| e.to_string())?;
@@ -547,6 +578,48 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
     }
     if let Some(p) = &a.json {
         report.write_json(p)?;
+    }
+    if let Some(dir) = &a.plot {
+        plots(dir, workload, &report)?;
+    }
+    Ok(())
+}
+
+fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), BoxError> {
+    std::fs::create_dir_all(dir)?;
+    let name = |r: &Map<String, Value>| r["engine"].as_str().unwrap_or("").to_string();
+    let throughput: Vec<(String, Vec<u64>)> = report
+        .rows()
+        .iter()
+        .map(|r| {
+            let per_sec = r["throughput_per_sec"]
+                .as_array()
+                .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_u64).collect());
+            (name(r), per_sec)
+        })
+        .collect();
+    let path = dir.join(format!("{workload}-throughput.svg"));
+    super::plot::throughput(&path, &format!("{workload}: throughput"), &throughput)?;
+    eprintln!("wrote {}", path.display());
+    for kind in ["read", "update", "insert", "scan", "rmw"] {
+        let series: Vec<(String, Vec<(f64, f64)>)> = report
+            .rows()
+            .iter()
+            .filter_map(|r| {
+                let cdf = r["latency"].get(kind)?.get("cdf")?.as_array()?;
+                let points = cdf
+                    .iter()
+                    .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
+                    .collect();
+                Some((name(r), points))
+            })
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{workload}-latency-{kind}.svg"));
+        super::plot::latency_cdf(&path, &format!("{workload}: {kind} latency"), &series)?;
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
