@@ -93,7 +93,7 @@ fn repair(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn bench_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let result = bench::peer::child(serde_json::from_str(spec)?)?;
+    let result = bench::child::child(serde_json::from_str(spec)?)?;
     println!("{result}");
     Ok(())
 }

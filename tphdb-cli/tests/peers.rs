@@ -22,13 +22,49 @@ fn bench(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 #[cfg(feature = "peers")]
-fn every_engine_runs_every_ycsb_workload() {
+fn every_engine_runs_every_workload() {
     let engines = "tphdb,rocksdb,rocksdb-tuned,lmdb,leveldb,fjall,redb";
     let plots = tempfile::tempdir().unwrap();
-    for w in ["ycsb-a", "ycsb-b", "ycsb-c", "ycsb-d", "ycsb-e", "ycsb-f"] {
+    let workloads = [
+        "ycsb-a",
+        "ycsb-b",
+        "ycsb-c",
+        "ycsb-d",
+        "ycsb-e",
+        "ycsb-f",
+        "fillseq",
+        "fillrandom",
+        "overwrite",
+        "readrandom",
+        "readmissing",
+        "readhot",
+        "readseq",
+        "seekrandom",
+        "readwhilewriting",
+        "deleterandom",
+    ];
+    for w in workloads {
         let plot_dir = plots.path().to_str().unwrap();
-        let (ok, stdout, stderr) = bench(&[w, "--engines", engines, "--plot", plot_dir]);
+        let json = plots.path().join(format!("{w}.json"));
+        let json_path = json.to_str().unwrap();
+        let (ok, stdout, stderr) = bench(&[
+            w,
+            "--engines",
+            engines,
+            "--plot",
+            plot_dir,
+            "--json",
+            json_path,
+        ]);
         assert!(ok, "{w}: {stdout}\n{stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let rows = v["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 7, "{w}");
+        for r in rows {
+            // Every engine read back what the workload wrote.
+            assert_eq!(r["unexpected_reads"], 0, "{w}: {r}");
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{w}: {r}");
+        }
         let svg = std::fs::read_to_string(plots.path().join(format!("{w}-throughput.svg")))
             .expect("a throughput plot");
         assert!(svg.starts_with("<svg") && svg.contains("rocksdb"), "{w}");

@@ -1,5 +1,6 @@
 //! `tphdb bench <workload>`.
 
+pub mod child;
 mod db;
 mod disk;
 mod engines;
@@ -27,18 +28,26 @@ enum Workload {
     Phf(phf::PhfArgs),
     /// Piece files: index memory per key and get() latency.
     Piece(piece::PieceArgs),
-    /// Write every key once, in random order.
-    Fillrandom(db::DbArgs),
     /// Write every key once, in key order.
-    Fillseq(db::DbArgs),
+    Fillseq(peer::PeerArgs),
+    /// Write every key once, in random order.
+    Fillrandom(peer::PeerArgs),
+    /// Overwrite random loaded keys.
+    Overwrite(peer::PeerArgs),
     /// Point reads of present keys.
-    Readrandom(db::DbArgs),
+    Readrandom(peer::PeerArgs),
     /// Point reads of absent keys.
-    Readmissing(db::DbArgs),
-    /// Point reads while one thread overwrites.
-    Readwhilewriting(db::DbArgs),
+    Readmissing(peer::PeerArgs),
+    /// Point reads of a hot 1% of the keys.
+    Readhot(peer::PeerArgs),
+    /// One scan of every key, in order.
+    Readseq(peer::PeerArgs),
     /// A seek to a random key, then --scan-length keys.
-    Seekrandom(db::DbArgs),
+    Seekrandom(peer::PeerArgs),
+    /// Point reads while one more thread overwrites.
+    Readwhilewriting(peer::PeerArgs),
+    /// Delete every key once, in random order.
+    Deleterandom(peer::PeerArgs),
     /// Time to reopen a loaded database, with and without a WAL to replay.
     Open(db::DbArgs),
     /// YCSB A: 50% reads, 50% updates, zipfian.
@@ -65,13 +74,17 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     match args.workload {
         Workload::Phf(a) => phf::run(a),
         Workload::Piece(a) => piece::run(a),
-        Workload::Fillrandom(a) => db::run(db::DbWorkload::FillRandom, a),
-        Workload::Fillseq(a) => db::run(db::DbWorkload::FillSeq, a),
-        Workload::Readrandom(a) => db::run(db::DbWorkload::ReadRandom, a),
-        Workload::Readmissing(a) => db::run(db::DbWorkload::ReadMissing, a),
-        Workload::Readwhilewriting(a) => db::run(db::DbWorkload::ReadWhileWriting, a),
-        Workload::Seekrandom(a) => db::run(db::DbWorkload::SeekRandom, a),
-        Workload::Open(a) => db::run(db::DbWorkload::Open, a),
+        Workload::Fillseq(a) => peer::run("fillseq", a),
+        Workload::Fillrandom(a) => peer::run("fillrandom", a),
+        Workload::Overwrite(a) => peer::run("overwrite", a),
+        Workload::Readrandom(a) => peer::run("readrandom", a),
+        Workload::Readmissing(a) => peer::run("readmissing", a),
+        Workload::Readhot(a) => peer::run("readhot", a),
+        Workload::Readseq(a) => peer::run("readseq", a),
+        Workload::Seekrandom(a) => peer::run("seekrandom", a),
+        Workload::Readwhilewriting(a) => peer::run("readwhilewriting", a),
+        Workload::Deleterandom(a) => peer::run("deleterandom", a),
+        Workload::Open(a) => db::run_open(a),
         Workload::YcsbA(a) => peer::run("ycsb-a", a),
         Workload::YcsbB(a) => peer::run("ycsb-b", a),
         Workload::YcsbC(a) => peer::run("ycsb-c", a),

@@ -12,6 +12,8 @@ pub enum OpKind {
     Insert,
     Scan,
     ReadModifyWrite,
+    /// Not in YCSB's core workloads; db_bench's deleterandom.
+    Delete,
 }
 
 impl OpKind {
@@ -22,6 +24,7 @@ impl OpKind {
             OpKind::Insert => "insert",
             OpKind::Scan => "scan",
             OpKind::ReadModifyWrite => "rmw",
+            OpKind::Delete => "delete",
         }
     }
 }
@@ -313,8 +316,10 @@ mod tests {
             }
         }
         assert!((800..1200).contains(&inserts), "{inserts}");
+        // A 0.99 zipfian over 1000-2000 records puts about 2/3 of the
+        // draws on the newest 100.
         assert!(
-            recent > 19_000 * 8 / 10,
+            recent > 19_000 * 6 / 10,
             "latest favours recent records: {recent}"
         );
         let mut e = OpStream::new(spec("ycsb-e").unwrap(), 1000, 4);

@@ -34,6 +34,10 @@ impl Kv for Fjall {
         Ok(self.part.get(key)?.map(|v| v.len()))
     }
 
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        Ok(self.part.remove(key)?)
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let mut read = 0;
         for item in self.part.range(start.to_vec()..).take(n) {

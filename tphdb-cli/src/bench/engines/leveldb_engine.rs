@@ -39,6 +39,13 @@ extern "C" {
         vl: usize,
         err: *mut *mut c_char,
     );
+    fn leveldb_delete(
+        db: *mut LdbT,
+        o: *const LdbWriteOptions,
+        k: *const c_char,
+        kl: usize,
+        err: *mut *mut c_char,
+    );
     fn leveldb_get(
         db: *mut LdbT,
         o: *const LdbReadOptions,
@@ -151,6 +158,21 @@ impl Kv for LevelDb {
         }
         unsafe { leveldb_free(v.cast()) };
         Ok(Some(len))
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut err = std::ptr::null_mut();
+        // SAFETY: as in `put`.
+        unsafe {
+            leveldb_delete(
+                self.db,
+                self.write,
+                key.as_ptr().cast(),
+                key.len(),
+                &mut err,
+            )
+        };
+        check(err)
     }
 
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {

@@ -47,6 +47,12 @@ impl Kv for Lmdb {
             .map(|v| std::hint::black_box(v).len()))
     }
 
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut txn = self.env.write_txn()?;
+        self.db.delete(&mut txn, key)?;
+        Ok(txn.commit()?)
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let txn = self.env.read_txn()?;
         let mut read = 0;

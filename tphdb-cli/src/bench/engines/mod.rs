@@ -30,6 +30,7 @@ pub trait Kv: Send + Sync {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
     /// The value's length, or `None` when absent (the value is read).
     fn get(&self, key: &[u8]) -> Result<Option<usize>>;
+    fn delete(&self, key: &[u8]) -> Result<()>;
     /// Reads up to `n` entries from the first key `>= start`; returns how
     /// many it read.
     fn scan(&self, start: &[u8], n: usize) -> Result<usize>;
@@ -52,6 +53,19 @@ pub struct EngineConfig {
     pub tuned_cache_bytes: u64,
     /// Expected data size, for engines that must reserve a map (LMDB).
     pub data_bytes: u64,
+    /// tphdb settings the command line overrides (`None`: the default).
+    pub tphdb: TphdbSettings,
+}
+
+/// tphdb options a benchmark may set.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct TphdbSettings {
+    pub write_buffer_mb: Option<usize>,
+    pub tph_target_mb: Option<u64>,
+    pub fanout: Option<u32>,
+    pub signature_bits: Option<u32>,
+    pub one_level: bool,
+    pub single_tier: bool,
 }
 
 /// Every engine name `--engines` accepts.

@@ -45,6 +45,13 @@ impl Kv for Redb {
         Ok(table.get(key)?.map(|v| v.value().len()))
     }
 
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.write(|t| {
+            t.remove(key)?;
+            Ok(())
+        })
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let txn = self.0.begin_read()?;
         let table = txn.open_table(TABLE)?;

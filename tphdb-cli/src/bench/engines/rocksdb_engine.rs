@@ -49,6 +49,10 @@ impl Kv for Rocks {
         Ok(self.0.get_pinned(key)?.map(|v| v.len()))
     }
 
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        Ok(self.0.delete(key)?)
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let mut it = self.0.raw_iterator_opt(ReadOptions::default());
         it.seek(start);

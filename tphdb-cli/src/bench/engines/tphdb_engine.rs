@@ -13,13 +13,21 @@ pub struct Tphdb(DB);
 
 impl Tphdb {
     pub fn open(dir: &Path, cfg: &EngineConfig) -> Result<Tphdb> {
+        let d = Options::default();
+        let t = &cfg.tphdb;
         let opts = Options {
+            write_buffer_size: t.write_buffer_mb.map_or(d.write_buffer_size, |m| m << 20),
+            tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
+            fanout: t.fanout.unwrap_or(d.fanout),
+            signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
+            one_level: t.one_level,
+            single_tier: t.single_tier,
             read_mode: if cfg.direct_io {
                 ReadMode::Direct
             } else {
                 ReadMode::Mmap
             },
-            ..Options::default()
+            ..d
         };
         Ok(Tphdb(DB::open(&opts, dir)?))
     }
@@ -32,6 +40,10 @@ impl Kv for Tphdb {
 
     fn get(&self, key: &[u8]) -> Result<Option<usize>> {
         Ok(self.0.get_pinned(key)?.map(|v| v.len()))
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        Ok(self.0.delete(key)?)
     }
 
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
