@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the `peers` benchmark feature links against: RocksDB 7.8 and
 # LevelDB from Debian's packages, and libclang for the RocksDB bindings.
-# LMDB, redb and fjall build from their crates. Needs root (or sudo).
+# LMDB, redb and fjall build from their crates; Pogreb's Go driver is built
+# into target/. Needs root (or sudo) for the packages.
 set -euo pipefail
 
 packages=(librocksdb-dev libleveldb-dev libclang-dev fio)
@@ -15,4 +16,8 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
+# Pogreb runs through a small Go driver (pinned in its go.mod).
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+(cd "$repo/tools/pogreb-driver" && go build -o "$repo/target/pogreb-driver" .)
+
 echo "peers ready: cargo run --release --features peers --bin tphdb -- bench ycsb-c --engines tphdb,rocksdb"

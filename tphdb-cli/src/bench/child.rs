@@ -37,7 +37,7 @@ pub struct ChildSpec {
 }
 
 /// Every workload the side-by-side runner knows.
-pub const WORKLOADS: [&str; 16] = [
+pub const WORKLOADS: [&str; 17] = [
     "fillseq",
     "fillrandom",
     "overwrite",
@@ -54,11 +54,20 @@ pub const WORKLOADS: [&str; 16] = [
     "ycsb-d",
     "ycsb-e",
     "ycsb-f",
+    "pogreb",
 ];
 
 /// Whether the workload starts from a loaded store.
 fn loads(workload: &str) -> bool {
     !matches!(workload, "fillseq" | "fillrandom")
+}
+
+/// Pogreb's benchmark data: random bytes of a random length in `len`,
+/// drawn from `i`.
+fn pogreb_bytes(i: u64, len: std::ops::RangeInclusive<usize>) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(i);
+    let n = rng.usize(len);
+    (0..n).map(|_| rng.u8(..)).collect()
 }
 
 /// db_bench's key `i`: a 16-digit decimal index padded to `size` (8..16
@@ -131,6 +140,8 @@ struct Outcome {
     written: u64,
     /// A read found nothing where a value was expected, or the reverse.
     unexpected: bool,
+    /// Whether the operation's reads should find their keys.
+    expect_found: bool,
 }
 
 impl Outcome {
@@ -140,6 +151,7 @@ impl Outcome {
             read: 0,
             written: 0,
             unexpected: false,
+            expect_found: true,
         }
     }
 }
@@ -214,6 +226,7 @@ struct PhaseResult {
 /// `make(thread)`) until done or `limit`, with a progress bar on a terminal
 /// and a line every 5 seconds otherwise.
 fn phase<'a>(
+    db: &dyn Kv,
     label: &str,
     threads: usize,
     ops: u64,
@@ -245,6 +258,7 @@ fn phase<'a>(
                         }
                         let t0 = Instant::now();
                         let o = op(i)?;
+                        db.end_op(o.kind as u8, o.expect_found);
                         rec.record(o.kind, t0.elapsed().as_nanos() as u64);
                         read.fetch_add(o.read, Ordering::Relaxed);
                         written.fetch_add(o.written, Ordering::Relaxed);
@@ -325,13 +339,15 @@ fn get_outcome(db: &dyn Kv, key: &[u8], expect: bool) -> engines::Result<Outcome
     let found = db.get(key)?;
     o.read = found.map_or(0, |n| (key.len() + n) as u64);
     o.unexpected = found.is_some() != expect;
+    o.expect_found = expect;
     Ok(o)
 }
 
 /// Runs one engine and returns its result row.
 pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
-    let db = engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string())?;
-    let db: &dyn Kv = db.as_ref();
+    let mut engine =
+        engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string())?;
+    let pogreb = spec.workload == "pogreb";
     let values = Values::new(spec.value_size);
     let (ks, vs) = (spec.key_size, spec.value_size);
     let entry = (ks + vs) as u64;
@@ -339,6 +355,8 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
     let key = |i: u64| {
         if ycsb {
             ycsb::record_key(i, ks)
+        } else if pogreb {
+            pogreb_bytes(i, 16..=64)
         } else {
             bench_key(i, ks)
         }
@@ -350,6 +368,7 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
     // are hashed).
     let mut load_ops_per_sec = None;
     if loads(&spec.workload) {
+        let db: &dyn Kv = engine.as_ref();
         let order = if ycsb {
             (0..spec.keys).collect()
         } else {
@@ -357,6 +376,7 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
         };
         let order = &order;
         let load = phase(
+            db,
             &format!("{} load", spec.engine),
             spec.threads,
             spec.keys,
@@ -364,9 +384,15 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
             &|_| {
                 Box::new(|i| {
                     let k = order[i as usize];
-                    db.put(&key(k), values.get(k, vs))?;
                     let mut o = Outcome::new(OpKind::Insert);
-                    o.written = entry;
+                    if pogreb {
+                        let (k, v) = (key(k), pogreb_bytes(k ^ (1 << 63), 128..=512));
+                        db.put(&k, &v)?;
+                        o.written = (k.len() + v.len()) as u64;
+                    } else {
+                        db.put(&key(k), values.get(k, vs))?;
+                        o.written = entry;
+                    }
                     Ok(o)
                 })
             },
@@ -375,6 +401,13 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
         eprintln!("  {} load: settling", spec.engine);
         db.settle().map_err(|e| e.to_string())?;
     }
+    if pogreb {
+        // Pogreb's benchmark reads after a reopen.
+        drop(engine);
+        engine = engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string())?;
+    }
+    let db: &dyn Kv = engine.as_ref();
+    db.mark_run().map_err(|e| e.to_string())?;
     let (r1, w1) = proc_io();
 
     // The measured phase.
@@ -384,12 +417,12 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
     let stop_writer = AtomicBool::new(false);
     let writer_bytes = AtomicU64::new(0);
     let fill_order = match spec.workload.as_str() {
-        "fillrandom" | "deleterandom" => permutation(keys, 2),
+        "fillrandom" | "deleterandom" | "pogreb" => permutation(keys, 2),
         _ => Vec::new(),
     };
     let fill_order = &fill_order;
     let ops = match spec.workload.as_str() {
-        "fillseq" | "fillrandom" | "deleterandom" => keys,
+        "fillseq" | "fillrandom" | "deleterandom" | "pogreb" => keys,
         "readseq" => 1,
         _ => spec.ops,
     };
@@ -417,6 +450,7 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                 o.written = entry;
                 Ok(o)
             }),
+            "pogreb" => Box::new(move |i| get_outcome(db, &key(fill_order[i as usize]), true)),
             "readrandom" | "readwhilewriting" => {
                 Box::new(move |_| get_outcome(db, &key(rng.u64(..keys)), true))
             }
@@ -496,7 +530,7 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                 Ok(())
             });
         }
-        let r = phase(&label, spec.threads, ops, limit, &make);
+        let r = phase(db, &label, spec.threads, ops, limit, &make);
         stop_writer.store(true, Ordering::Relaxed);
         r
     })?;

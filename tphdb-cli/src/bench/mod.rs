@@ -68,6 +68,9 @@ enum Workload {
     /// YCSB F: 50% reads, 50% read-modify-writes, zipfian.
     #[command(name = "ycsb-f")]
     YcsbF(peer::PeerArgs),
+    /// Pogreb's benchmark: random 16-64-byte keys and 128-512-byte
+    /// values, write all, reopen, read all in a random order.
+    Pogreb(peer::PeerArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -91,6 +94,7 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         Workload::YcsbD(a) => peer::run("ycsb-d", a),
         Workload::YcsbE(a) => peer::run("ycsb-e", a),
         Workload::YcsbF(a) => peer::run("ycsb-f", a),
+        Workload::Pogreb(a) => peer::run("pogreb", a),
     }
 }
 

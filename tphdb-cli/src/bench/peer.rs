@@ -150,11 +150,28 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
                 },
             },
         };
-        let out = Command::new(&exe)
+        if engine == "pogreb" {
+            if let Some(why) = pogreb_unsupported(workload, a.threads) {
+                eprintln!("  pogreb: skipped ({why})");
+                report.param("pogreb_skipped", why);
+                continue;
+            }
+        }
+        let mut out = Command::new(&exe)
             .arg("bench-child")
             .arg(serde_json::to_string(&spec)?)
             .stderr(Stdio::inherit())
             .output()?;
+        if out.status.success() && engine == "pogreb" {
+            // The child recorded the operations; the Go driver replays them.
+            let data = tmp.path().join("pogreb-data");
+            out = Command::new(pogreb_driver()?)
+                .arg(spec.dir.join("ops.bin"))
+                .arg(&data)
+                .stderr(Stdio::inherit())
+                .output()?;
+            let _ = std::fs::remove_dir_all(&data);
+        }
         if !out.status.success() {
             return Err(format!("{engine} failed ({})", out.status).into());
         }
@@ -175,6 +192,17 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         rows.push(row);
     }
     rows.extend(disk);
+    if workload == "pogreb" {
+        // The figures Pogreb's own benchmark reports.
+        for r in &mut rows {
+            let (w, rd) = (
+                r.get("load_ops_per_sec").cloned(),
+                r.get("ops_per_sec").cloned(),
+            );
+            r.insert("write_ops_per_sec".into(), w.unwrap_or(Value::Null));
+            r.insert("read_ops_per_sec".into(), rd.unwrap_or(Value::Null));
+        }
+    }
     let base = rows.iter().find(|r| r["engine"] == "rocksdb").map(|r| {
         (
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
@@ -211,6 +239,8 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
     println!("{workload}: {} keys, {ops} operations", a.keys);
     report.print_columns(&[
         "engine",
+        "write_ops_per_sec",
+        "read_ops_per_sec",
         "ops_per_sec",
         "x_rocksdb_ops",
         "avg_us",
@@ -240,6 +270,40 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         plots(dir, workload, &report)?;
     }
     Ok(())
+}
+
+/// Why Pogreb cannot run a workload, if it cannot: it has no ordered
+/// iteration, and its driver replays one recorded stream in one thread.
+fn pogreb_unsupported(workload: &str, threads: usize) -> Option<&'static str> {
+    match workload {
+        "ycsb-e" | "seekrandom" | "readseq" => Some("no ordered scans"),
+        "readwhilewriting" => Some("needs a concurrent writer"),
+        _ if threads > 1 => Some("the driver replays one thread"),
+        _ => None,
+    }
+}
+
+/// The Pogreb driver, built by scripts/setup-peers.sh next to the release
+/// binaries' target directory, or where `TPHDB_POGREB_DRIVER` says.
+fn pogreb_driver() -> Result<PathBuf, BoxError> {
+    if let Some(p) = std::env::var_os("TPHDB_POGREB_DRIVER") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let target = exe
+        .parent()
+        .and_then(|p| p.parent())
+        .ok_or("no target directory")?;
+    let driver = target.join("pogreb-driver");
+    if driver.exists() {
+        Ok(driver)
+    } else {
+        Err(format!(
+            "{} is missing: run scripts/setup-peers.sh (it builds tools/pogreb-driver with Go)",
+            driver.display()
+        )
+        .into())
+    }
 }
 
 /// Rows for the disk itself beside tphdb's `readrandom --direct-io`: random

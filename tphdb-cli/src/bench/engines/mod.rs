@@ -19,6 +19,8 @@ mod leveldb_engine;
 #[cfg(feature = "peers")]
 mod lmdb_engine;
 #[cfg(feature = "peers")]
+mod pogreb_engine;
+#[cfg(feature = "peers")]
 mod redb_engine;
 #[cfg(feature = "peers")]
 mod rocksdb_engine;
@@ -37,6 +39,14 @@ pub trait Kv: Send + Sync {
     /// Makes every write durable and lets background work finish (flushes,
     /// compactions), so a following phase measures a settled store.
     fn settle(&self) -> Result<()>;
+    /// Called after each timed operation with its kind (the
+    /// `ycsb::OpKind` index) and whether its reads should find their keys:
+    /// lets a recording engine delimit operations.
+    fn end_op(&self, _label: u8, _expect_found: bool) {}
+    /// Called when the measured phase starts.
+    fn mark_run(&self) -> Result<()> {
+        Ok(())
+    }
     /// Engine-specific figures for the report.
     fn extra(&self, _keys: u64) -> Vec<(&'static str, Value)> {
         Vec::new()
@@ -97,6 +107,8 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Kv>> {
         "fjall" => Ok(Box::new(fjall_engine::Fjall::open(dir, cfg)?)),
         #[cfg(feature = "peers")]
         "redb" => Ok(Box::new(redb_engine::Redb::open(dir, cfg)?)),
+        #[cfg(feature = "peers")]
+        "pogreb" => Ok(Box::new(pogreb_engine::Recorder::open(dir, cfg)?)),
         n if ALL.contains(&n) && n != "tphdb" => Err(format!(
             "engine {n} needs a build with `--features peers` (run scripts/setup-peers.sh first)"
         )
