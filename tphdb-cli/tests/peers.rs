@@ -92,3 +92,27 @@ fn peers_need_the_feature() {
     let (ok, stdout, stderr) = bench(&["ycsb-c", "--engines", "tphdb"]);
     assert!(ok, "{stdout}\n{stderr}");
 }
+
+/// `--memory-mb` puts each engine in a cgroup memory limit; checked where
+/// the cgroup v1 memory controller is writable (as root in CI).
+#[test]
+fn a_memory_budget_limits_each_engine() {
+    let probe = std::path::Path::new("/sys/fs/cgroup/memory/tphdb-bench-probe");
+    if std::fs::create_dir(probe).is_err() {
+        eprintln!("no writable cgroup v1 memory controller: not checked");
+        return;
+    }
+    std::fs::remove_dir(probe).unwrap();
+    let (ok, stdout, stderr) = bench(&["readrandom", "--memory-mb", "600"]);
+    assert!(ok, "{stdout}\n{stderr}");
+    // A budget below the memtable the load fills: the kernel kills the
+    // engine, and the run says so.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .args(["bench", "fillrandom", "--keys", "300000", "--memory-mb", "16", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("SIGKILL"), "{stderr}");
+}

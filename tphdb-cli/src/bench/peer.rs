@@ -64,6 +64,11 @@ pub struct PeerArgs {
     /// Seed of the operation streams.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Memory budget in MiB of each engine's process, page cache included
+    /// (a cgroup v1 memory limit; needs root). Makes a data set larger
+    /// than the budget read from the disk, as it would in production.
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
     /// Keys read after each seek (seekrandom).
     #[arg(long, default_value_t = 100)]
     pub scan_length: usize,
@@ -116,6 +121,7 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         ("threads", json!(a.threads)),
         ("direct_io", json!(a.direct_io)),
         ("seed", json!(a.seed)),
+        ("memory_mb", json!(a.memory_mb)),
     ] {
         report.param(k, v);
     }
@@ -157,21 +163,32 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
                 continue;
             }
         }
-        let mut out = Command::new(&exe)
+        let budget = a
+            .memory_mb
+            .map(|mb| MemoryBudget::new(engine, mb))
+            .transpose()?;
+        let run = |cmd: &mut Command| -> Result<std::process::Output, BoxError> {
+            let child = cmd
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            if let Some(b) = &budget {
+                b.enter(child.id())?;
+            }
+            Ok(child.wait_with_output()?)
+        };
+        let mut out = run(Command::new(&exe)
             .arg("bench-child")
-            .arg(serde_json::to_string(&spec)?)
-            .stderr(Stdio::inherit())
-            .output()?;
+            .arg(serde_json::to_string(&spec)?))?;
         if out.status.success() && engine == "pogreb" {
             // The child recorded the operations; the Go driver replays them.
             let data = tmp.path().join("pogreb-data");
-            out = Command::new(pogreb_driver()?)
+            out = run(Command::new(pogreb_driver()?)
                 .arg(spec.dir.join("ops.bin"))
-                .arg(&data)
-                .stderr(Stdio::inherit())
-                .output()?;
+                .arg(&data))?;
             let _ = std::fs::remove_dir_all(&data);
         }
+        drop(budget);
         if !out.status.success() {
             return Err(format!("{engine} failed ({})", out.status).into());
         }
@@ -270,6 +287,41 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         plots(dir, workload, &report)?;
     }
     Ok(())
+}
+
+/// A cgroup v1 memory limit for one engine's processes: their resident
+/// memory and the page cache they fill count against it.
+struct MemoryBudget(PathBuf);
+
+impl MemoryBudget {
+    fn new(engine: &str, mb: u64) -> Result<MemoryBudget, BoxError> {
+        let root = PathBuf::from("/sys/fs/cgroup/memory");
+        let dir = root.join(format!("tphdb-bench-{}-{engine}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                std::fs::write(dir.join("memory.limit_in_bytes"), (mb << 20).to_string())
+            })
+            .map_err(|e| {
+                format!(
+                    "--memory-mb needs a writable cgroup v1 memory controller ({}): {e}",
+                    root.display()
+                )
+            })?;
+        Ok(MemoryBudget(dir))
+    }
+
+    fn enter(&self, pid: u32) -> std::io::Result<()> {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string())
+    }
+}
+
+impl Drop for MemoryBudget {
+    fn drop(&mut self) {
+        // Drop the cache charged to the group, so the next engine starts
+        // cold, then remove it.
+        let _ = std::fs::write(self.0.join("memory.force_empty"), "0");
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// Why Pogreb cannot run a workload, if it cannot: it has no ordered
