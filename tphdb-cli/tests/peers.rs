@@ -109,10 +109,21 @@ fn a_memory_budget_limits_each_engine() {
     // engine, and the run says so.
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
-        .args(["bench", "fillrandom", "--keys", "300000", "--memory-mb", "16", "--dir"])
+        .args([
+            "bench",
+            "fillrandom",
+            "--keys",
+            "300000",
+            "--memory-mb",
+            "16",
+            "--dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("SIGKILL"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("SIGKILL"),
+        "{stderr}"
+    );
 }

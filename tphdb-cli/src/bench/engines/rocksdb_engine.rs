@@ -2,17 +2,22 @@
 //!
 //! `rocksdb`: the paper's settings (defaults, a 32 MiB block cache).
 //! `rocksdb-tuned`: RocksDB's tuning guide for point lookups: 10-bit Bloom
-//! filters, index and filter blocks in the block cache and pinned there, a
-//! block cache as large as tphdb's index, and point-lookup friendly
-//! settings.
+//! filters (full filters, format version 5), index and filter blocks held
+//! in memory for good (outside the block cache), a block cache as large as
+//! tphdb's index, dynamic level sizes.
 
 use std::path::Path;
 
 use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, ReadOptions, DB};
 
+use serde_json::{json, Value};
+
 use super::{EngineConfig, Kv, Result};
 
-pub struct Rocks(DB);
+pub struct Rocks {
+    db: DB,
+    opts: Options,
+}
 
 impl Rocks {
     pub fn open(dir: &Path, cfg: &EngineConfig, tuned: bool) -> Result<Rocks> {
@@ -22,12 +27,15 @@ impl Rocks {
         opts.set_use_direct_reads(cfg.direct_io);
         let mut table = BlockBasedOptions::default();
         if tuned {
-            let cache = cfg.tuned_cache_bytes.max(32 << 20) as usize;
+            // Index and filter blocks stay in the table readers' memory,
+            // never evicted (caching them in a small block cache made
+            // data blocks evict them, and every get re-read a whole filter
+            // block); the block cache, for data blocks, gets the memory
+            // tphdb's index uses.
+            let cache = cfg.tuned_cache_bytes.max(1 << 20) as usize;
             table.set_block_cache(&Cache::new_lru_cache(cache)?);
             table.set_bloom_filter(10.0, false);
-            table.set_cache_index_and_filter_blocks(true);
-            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-            table.set_pin_top_level_index_and_filter(true);
+            table.set_cache_index_and_filter_blocks(false);
             table.set_format_version(5);
             opts.set_level_compaction_dynamic_level_bytes(true);
             opts.set_max_background_jobs(2);
@@ -36,25 +44,30 @@ impl Rocks {
             table.set_block_cache(&Cache::new_lru_cache(32 << 20)?);
         }
         opts.set_block_based_table_factory(&table);
-        Ok(Rocks(DB::open(&opts, dir)?))
+        // Block cache and Bloom filter counters, for the report.
+        opts.enable_statistics();
+        Ok(Rocks {
+            db: DB::open(&opts, dir)?,
+            opts,
+        })
     }
 }
 
 impl Kv for Rocks {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        Ok(self.0.put(key, value)?)
+        Ok(self.db.put(key, value)?)
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<usize>> {
-        Ok(self.0.get_pinned(key)?.map(|v| v.len()))
+        Ok(self.db.get_pinned(key)?.map(|v| v.len()))
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        Ok(self.0.delete(key)?)
+        Ok(self.db.delete(key)?)
     }
 
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
-        let mut it = self.0.raw_iterator_opt(ReadOptions::default());
+        let mut it = self.db.raw_iterator_opt(ReadOptions::default());
         it.seek(start);
         let mut read = 0;
         while read < n && it.valid() {
@@ -67,20 +80,20 @@ impl Kv for Rocks {
     }
 
     fn settle(&self) -> Result<()> {
-        self.0.flush()?;
+        self.db.flush()?;
         // Let pending compactions run: RocksDB has no "wait" in this API,
         // so poll its counter.
         loop {
             let pending = self
-                .0
+                .db
                 .property_int_value("rocksdb.compaction-pending")?
                 .unwrap_or(0)
                 + self
-                    .0
+                    .db
                     .property_int_value("rocksdb.num-running-compactions")?
                     .unwrap_or(0)
                 + self
-                    .0
+                    .db
                     .property_int_value("rocksdb.num-running-flushes")?
                     .unwrap_or(0);
             if pending == 0 {
@@ -88,5 +101,41 @@ impl Kv for Rocks {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
+    }
+
+    fn extra(&self, _keys: u64) -> Vec<(&'static str, Value)> {
+        let stats = self.opts.get_statistics().unwrap_or_default();
+        let count = |name: &str| -> u64 {
+            stats
+                .lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.split("COUNT :").nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        vec![
+            (
+                "block_cache_index_miss",
+                json!(count("rocksdb.block.cache.index.miss")),
+            ),
+            (
+                "block_cache_filter_miss",
+                json!(count("rocksdb.block.cache.filter.miss")),
+            ),
+            (
+                "block_cache_data_miss",
+                json!(count("rocksdb.block.cache.data.miss")),
+            ),
+            ("bloom_useful", json!(count("rocksdb.bloom.filter.useful"))),
+            (
+                "block_cache_bytes",
+                json!(self
+                    .db
+                    .property_int_value("rocksdb.block-cache-usage")
+                    .ok()
+                    .flatten()),
+            ),
+        ]
     }
 }
