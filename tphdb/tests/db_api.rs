@@ -463,3 +463,36 @@ fn concurrent_manual_compactions_lose_no_write() {
         }
     }
 }
+
+/// Once background work is done, the directory holds only the pieces the
+/// database uses: the last compaction's inputs do not linger.
+#[test]
+fn a_settled_database_keeps_no_obsolete_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DB::open(&small(), dir.path()).unwrap();
+    for round in 0..6u32 {
+        for i in 0..2000u32 {
+            db.put(format!("key{i:05}"), format!("value {round}"))
+                .unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    let pieces_used: u64 = db.stats().levels.iter().map(|l| l.pieces).sum();
+    let on_disk = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "ph")
+        })
+        .count() as u64;
+    // Heads that hold only an index are files too, beyond the data pieces.
+    let tphs: u64 = db.stats().levels.iter().map(|l| l.tphs).sum();
+    assert!(
+        on_disk <= pieces_used + tphs,
+        "{on_disk} piece files for {pieces_used} pieces in {tphs} TPHs"
+    );
+}

@@ -264,6 +264,9 @@ impl Inner {
         };
         st.running_jobs -= 1;
         self.maybe_schedule(&mut st);
+        if st.running_jobs == 0 {
+            self.release_deferred(&mut st);
+        }
         drop(st);
         self.bg_cv.notify_all();
     }
@@ -464,6 +467,32 @@ impl Inner {
         st.no_space = None;
         self.install_super_version(&st);
         Ok(())
+    }
+
+    /// Once the background is idle, makes the deferred deletions happen
+    /// with an empty edit: otherwise the last job's inputs would stay on
+    /// disk until the next job, doubling the space a settled database
+    /// takes. A failure leaves them deferred (they are removed at the
+    /// next open at the latest).
+    fn release_deferred(&self, st: &mut State) {
+        let pending = !st.deferred.pieces.is_empty() || st.deferred.wals_below.is_some();
+        if !pending || st.bg_error.is_some() || self.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(vs) = st.versions.as_mut() else {
+            return;
+        };
+        if let Err(e) = vs.log_and_apply(VersionEdit::default(), &HashMap::new()) {
+            self.poison(st, &e);
+            return;
+        }
+        let done = std::mem::take(&mut st.deferred);
+        for f in &done.pieces {
+            f.mark_obsolete();
+        }
+        if let Some(n) = done.wals_below {
+            self.delete_wals_below(n);
+        }
     }
 
     /// Deletes WAL files whose memtables are all flushed.
