@@ -202,7 +202,10 @@ impl Inner {
             return Ok(());
         };
         let v = vs.current.clone();
-        if opts.one_level || v.depth >= opts.max_levels {
+        if opts.one_level
+            || v.depth >= opts.max_levels
+            || !crate::version::partitions_fit(v.layout.fanout, v.depth + 1)
+        {
             return Ok(());
         }
         let bottom: u64 = v.levels[v.depth as usize - 1]

@@ -175,6 +175,9 @@ impl Options {
         if !(1..=16).contains(&self.max_levels) {
             return bad("max_levels must be in 1..=16");
         }
+        if !crate::version::partitions_fit(self.fanout.into(), self.max_levels) {
+            return bad("fanout^max_levels must be at most 2^32 (hash ranges are 32-bit)");
+        }
         if !(1..=32).contains(&self.signature_bits) {
             return bad("signature_bits must be in 1..=32");
         }

@@ -20,6 +20,15 @@ use crate::hash::partition_of;
 use crate::piece::{Entry, ReadCount};
 use crate::tph::Tph;
 
+/// Deepest level a database may have.
+pub(crate) const MAX_DEPTH: u32 = 16;
+
+/// Whether `fanout^depth` hash ranges fit the 32-bit search keys that
+/// `partition_of` divides.
+pub(crate) fn partitions_fit(fanout: u64, depth: u32) -> bool {
+    fanout.checked_pow(depth).is_some_and(|p| p <= 1 << 32)
+}
+
 /// An immutable set of TPHs. Readers hold one while they read.
 #[derive(Debug)]
 pub(crate) struct Version {
@@ -41,7 +50,8 @@ impl Version {
         }
     }
 
-    /// Number of partitions of level `level >= 1`.
+    /// Number of partitions of level `level >= 1` (at most 2^32: see
+    /// [`partitions_fit`]).
     pub(crate) fn partitions(&self, level: u32) -> u64 {
         self.layout.fanout.saturating_pow(level)
     }

@@ -125,8 +125,35 @@ impl VersionSet {
                 .at(&name));
             }
         }
-        if state.layout.is_none() {
+        let Some(layout) = state.layout else {
             return Err(Error::corruption(&name, "a layout record", "none").at(dir.display()));
+        };
+        // Hostile values must not size allocations or overflow the
+        // partition arithmetic.
+        let depth = state.depth;
+        if layout.fanout < 2
+            || !(1..=super::MAX_DEPTH).contains(&depth)
+            || !super::partitions_fit(layout.fanout, depth)
+        {
+            return Err(Error::corruption(
+                "layout",
+                format!(
+                    "fanout >= 2, depth 1..={}, fanout^depth <= 2^32",
+                    super::MAX_DEPTH
+                ),
+                format!("fanout {}, depth {depth}", layout.fanout),
+            )
+            .at(&name));
+        }
+        for &(level, partition) in state.levels.keys() {
+            if level == 0 || level > depth || partition >= layout.fanout.pow(level) {
+                return Err(Error::corruption(
+                    "TPH position",
+                    format!("a level in 1..={depth} and a partition below fanout^level"),
+                    format!("level {level} partition {partition}"),
+                )
+                .at(&name));
+            }
         }
         Ok(state)
     }
