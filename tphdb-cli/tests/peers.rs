@@ -127,3 +127,33 @@ fn a_memory_budget_limits_each_engine() {
         "{stderr}"
     );
 }
+
+/// `readrandom --direct-io` adds rows for the disk itself, and plots skip
+/// them.
+#[test]
+fn direct_io_readrandom_reports_the_disk() {
+    // O_DIRECT needs a real file system: the target directory, not /tmp.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .args(["bench", "readrandom", "--keys", "20000", "--ops", "5000"])
+        .args(["--direct-io", "--fio-seconds", "1", "--dir"])
+        .arg(dir.path())
+        .arg("--plot")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let engines: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(engines[..2], ["tphdb", "disk-4k-direct"], "{engines:?}");
+    assert!(dir.path().join("readrandom-latency-read.svg").exists());
+}

@@ -408,22 +408,21 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
     let throughput: Vec<(String, Vec<u64>)> = report
         .rows()
         .iter()
-        .map(|r| {
-            let per_sec = r["throughput_per_sec"]
-                .as_array()
-                .map_or(Vec::new(), |a| a.iter().filter_map(Value::as_u64).collect());
-            (name(r), per_sec)
+        .filter_map(|r| {
+            // Rows of the disk itself have no timeline.
+            let per_sec = r.get("throughput_per_sec")?.as_array()?;
+            Some((name(r), per_sec.iter().filter_map(Value::as_u64).collect()))
         })
         .collect();
     let path = dir.join(format!("{workload}-throughput.svg"));
     super::plot::throughput(&path, &format!("{workload}: throughput"), &throughput)?;
     eprintln!("wrote {}", path.display());
-    for kind in ["read", "update", "insert", "scan", "rmw"] {
+    for kind in ["read", "update", "insert", "scan", "rmw", "delete"] {
         let series: Vec<(String, Vec<(f64, f64)>)> = report
             .rows()
             .iter()
             .filter_map(|r| {
-                let cdf = r["latency"].get(kind)?.get("cdf")?.as_array()?;
+                let cdf = r.get("latency")?.get(kind)?.get("cdf")?.as_array()?;
                 let points = cdf
                     .iter()
                     .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
