@@ -14,6 +14,10 @@ use crate::piece::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use crate::util::codec::{Decoder, PutExt};
 
 const HEADER: usize = 12;
+
+/// Largest sequence number a database may reach (2^56: ample for any
+/// write rate, and far from overflow in sequence arithmetic).
+pub(crate) const MAX_SEQUENCE: u64 = 1 << 56;
 const OP_PUT: u8 = 0;
 const OP_DELETE: u8 = 1;
 
@@ -145,6 +149,16 @@ impl WriteBatch {
         let mut d = Decoder::new(rep, "write batch");
         let seq = d.u64()?;
         let count = d.u32()?;
+        if seq
+            .checked_add(count.into())
+            .is_none_or(|end| end > MAX_SEQUENCE)
+        {
+            return Err(Error::corruption(
+                "write batch sequence numbers",
+                format!("at most {MAX_SEQUENCE}"),
+                format!("{seq} + {count}"),
+            ));
+        }
         let mut ops = OpIter {
             d: Decoder::new(&rep[HEADER..], "write batch"),
             left: count,

@@ -60,20 +60,15 @@ pub fn write_log(records: &[Vec<u8>]) -> Result<Vec<u8>> {
     Ok(crate::fs::read_all(&fs, path)?.to_vec())
 }
 
-/// Replays a WAL file as open does: records, write batches, memtable.
-/// Returns the newest version of every key (key, seq, value).
+/// Replays a WAL file with open's own replay: records, write batches,
+/// memtable. Returns the newest version of every key (key, seq, value).
 pub fn replay_wal(bytes: &[u8]) -> Result<Vec<KeyVersion>> {
+    let fs = MemFs::new();
+    let dir = Path::new("/db");
+    fs.write_file(&dir.join(crate::filename::wal_name(1)), bytes.to_vec());
     let mem = MemTable::new(1);
-    for rec in read_log(bytes)?.records {
-        let (seq, batch) = WriteBatch::decode(&rec)?;
-        for (i, op) in batch.ops().enumerate() {
-            let s = seq.wrapping_add(i as u64);
-            match op {
-                BatchOp::Put(k, v) => mem.insert(k, s, Some(v)),
-                BatchOp::Delete(k) => mem.insert(k, s, None),
-            }
-        }
-    }
+    let (mut last_seq, mut info) = (0, crate::db::open::WalReplay::default());
+    crate::db::open::replay_wal(&fs, dir, 1, &mem, &mut last_seq, &mut info)?;
     Ok(mem
         .newest_versions()
         .into_iter()

@@ -11,10 +11,28 @@ use tphdb::{Options, DB};
 /// overflowed the partition arithmetic on the first get.
 #[test]
 fn db_open_manifest_with_a_huge_fanout() {
-    tphdb::fuzzing::db_open(&[
-        0, 2, 0, 0, 147, 18, 0, 0, 0, 148, 215, 222, 138, 11, 0, 1, 9, 2, 0, 1, 0, 2, 3, 3, 0, 4,
-        42, 248, 1, 118,
-    ]);
+    tphdb::fuzzing::db_open(include_bytes!("fuzz_artifacts/db_open-huge-fanout"));
+}
+
+/// A WAL batch whose first sequence number is u64::MAX: replay overflowed
+/// adding the op index.
+#[test]
+fn db_open_wal_batch_at_the_last_sequence_number() {
+    tphdb::fuzzing::db_open(include_bytes!("fuzz_artifacts/db_open-wal-seq-overflow"));
+}
+
+/// The same batch with valid checksums: the WAL is corrupt, not replayed.
+#[test]
+fn a_wal_batch_whose_sequence_numbers_overflow_is_corruption() {
+    let put = vec![(b"key".to_vec(), Some(b"value".to_vec()))];
+    for seq in [u64::MAX, u64::MAX - 1, (1 << 56) + 1] {
+        let wal = tphdb::fuzzing::write_log(&[tphdb::fuzzing::encode_batch(seq, &put)]).unwrap();
+        let e = tphdb::fuzzing::replay_wal(&wal).unwrap_err();
+        assert!(e.is_corruption(), "seq {seq}: {e}");
+    }
+    // An empty batch at sequence 0 replays (nothing to apply).
+    let wal = tphdb::fuzzing::write_log(&[tphdb::fuzzing::encode_batch(0, &[])]).unwrap();
+    assert_eq!(tphdb::fuzzing::replay_wal(&wal).unwrap(), []);
 }
 
 /// The same MANIFEST with valid checksums, as a normal build reads it: the

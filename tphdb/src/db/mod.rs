@@ -9,7 +9,7 @@
 
 mod iter;
 mod jobs;
-mod open;
+pub(crate) mod open;
 mod options;
 mod read;
 mod repair;

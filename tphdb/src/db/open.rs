@@ -34,7 +34,7 @@ pub(crate) struct WalReplay {
 }
 
 /// Replays one WAL into `mem`; returns false when its tail was torn.
-fn replay_wal(
+pub(crate) fn replay_wal(
     fs: &dyn FileSystem,
     dir: &Path,
     number: u64,
@@ -47,6 +47,7 @@ fn replay_wal(
     while let Some(rec) = reader.next_record()? {
         // A record that passed its checksum but does not decode is damage,
         // not a torn write: refuse to guess.
+        // `decode` checks that the batch's sequence numbers are in range.
         let (seq, batch) = WriteBatch::decode(&rec).map_err(|e| e.at(&name))?;
         for (i, op) in batch.ops().enumerate() {
             let s = seq + i as u64;
@@ -55,7 +56,9 @@ fn replay_wal(
                 BatchOp::Delete(k) => mem.insert(k, s, None),
             }
         }
-        *last_seq = (*last_seq).max(seq + batch.len() as u64 - 1);
+        if !batch.is_empty() {
+            *last_seq = (*last_seq).max(seq + batch.len() as u64 - 1);
+        }
         info.batches += 1;
     }
     info.files += 1;

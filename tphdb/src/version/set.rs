@@ -125,6 +125,14 @@ impl VersionSet {
                 .at(&name));
             }
         }
+        if state.last_seq > crate::batch::MAX_SEQUENCE {
+            return Err(Error::corruption(
+                "last sequence number",
+                format!("at most {}", crate::batch::MAX_SEQUENCE),
+                state.last_seq,
+            )
+            .at(&name));
+        }
         let Some(layout) = state.layout else {
             return Err(Error::corruption(&name, "a layout record", "none").at(dir.display()));
         };
