@@ -457,12 +457,7 @@ impl Inner {
                 wals_below: (!flushed.is_empty()).then_some(log_number),
             },
         );
-        for f in &done.pieces {
-            f.mark_obsolete();
-        }
-        if let Some(n) = done.wals_below {
-            self.delete_wals_below(n);
-        }
+        self.carry_out(done);
         if !flushed.is_empty() {
             st.imms
                 .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
@@ -478,8 +473,10 @@ impl Inner {
     /// takes. A failure leaves them deferred (they are removed at the
     /// next open at the latest).
     fn release_deferred(&self, st: &mut State) {
-        let pending = !st.deferred.pieces.is_empty() || st.deferred.wals_below.is_some();
-        if !pending || st.bg_error.is_some() || self.shutting_down.load(Ordering::Acquire) {
+        if st.deferred.is_empty()
+            || st.bg_error.is_some()
+            || self.shutting_down.load(Ordering::Acquire)
+        {
             return;
         }
         let Some(vs) = st.versions.as_mut() else {
@@ -489,7 +486,12 @@ impl Inner {
             self.poison(st, &e);
             return;
         }
-        let done = std::mem::take(&mut st.deferred);
+        self.carry_out(std::mem::take(&mut st.deferred));
+    }
+
+    /// Deletes what an edit, now durable, made obsolete (pieces once their
+    /// last reader lets go).
+    fn carry_out(&self, done: super::Deferred) {
         for f in &done.pieces {
             f.mark_obsolete();
         }

@@ -114,6 +114,12 @@ pub(crate) struct Deferred {
     pub(crate) wals_below: Option<u64>,
 }
 
+impl Deferred {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pieces.is_empty() && self.wals_below.is_none()
+    }
+}
+
 impl State {
     pub(crate) fn current(&self) -> &Arc<Version> {
         match &self.versions {

@@ -20,7 +20,7 @@ use crate::fs::{FileSystem, PosixFs, ReadMode};
 use crate::log::LogReader;
 use crate::piece::PieceReader;
 use crate::tph::Tph;
-use crate::version::{Version, VersionSet};
+use crate::version::{decode_current, Version, VersionSet};
 
 /// What [`DB::verify`] found in one file.
 #[derive(Clone, Debug)]
@@ -164,10 +164,10 @@ pub(crate) fn verify(opts: &Options, dir: &Path) -> Result<VerifyReport> {
     let _lock = fs.lock(&path(dir, LOCK), false)?;
     let mut report = VerifyReport::default();
     let state = VersionSet::read_state(fs.as_ref(), dir);
+    // The file the report names: CURRENT itself when it does not decode.
     let manifest = crate::fs::read_all(fs.as_ref(), &path(dir, CURRENT))
         .ok()
-        .and_then(|b| String::from_utf8(b.to_vec()).ok())
-        .and_then(|s| s.lines().next().map(str::to_string))
+        .and_then(|b| decode_current(&b).ok())
         .unwrap_or_else(|| CURRENT.to_string());
     let state = match state {
         Ok(s) => {

@@ -62,7 +62,7 @@ fn encode_current(manifest: &str) -> String {
     )
 }
 
-fn decode_current(b: &[u8]) -> Result<String> {
+pub(crate) fn decode_current(b: &[u8]) -> Result<String> {
     let text =
         std::str::from_utf8(b).map_err(|_| Error::corruption("CURRENT", "text", "binary data"))?;
     let mut lines = text.lines();
