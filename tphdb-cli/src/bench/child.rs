@@ -145,6 +145,20 @@ struct Outcome {
 }
 
 impl Outcome {
+    /// An operation that wrote `bytes` of keys and values.
+    fn wrote(kind: OpKind, bytes: u64) -> engines::Result<Self> {
+        let mut o = Outcome::new(kind);
+        o.written = bytes;
+        Ok(o)
+    }
+
+    /// An operation that read `bytes` of keys and values.
+    fn read(kind: OpKind, bytes: u64) -> engines::Result<Self> {
+        let mut o = Outcome::new(kind);
+        o.read = bytes;
+        Ok(o)
+    }
+
     fn new(kind: OpKind) -> Self {
         Outcome {
             kind,
@@ -384,16 +398,14 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
             &|_| {
                 Box::new(|i| {
                     let k = order[i as usize];
-                    let mut o = Outcome::new(OpKind::Insert);
                     if pogreb {
                         let (k, v) = (key(k), pogreb_bytes(k ^ (1 << 63), 128..=512));
                         db.put(&k, &v)?;
-                        o.written = (k.len() + v.len()) as u64;
+                        Outcome::wrote(OpKind::Insert, (k.len() + v.len()) as u64)
                     } else {
                         db.put(&key(k), values.get(k, vs))?;
-                        o.written = entry;
+                        Outcome::wrote(OpKind::Insert, entry)
                     }
-                    Ok(o)
                 })
             },
         )?;
@@ -440,15 +452,11 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                     fill_order[i as usize]
                 };
                 db.put(&key(k), values.get(k, vs))?;
-                let mut o = Outcome::new(OpKind::Insert);
-                o.written = entry;
-                Ok(o)
+                Outcome::wrote(OpKind::Insert, entry)
             }),
             "overwrite" => Box::new(move |i| {
                 db.put(&key(rng.u64(..keys)), values.get(i ^ 0x5555, vs))?;
-                let mut o = Outcome::new(OpKind::Update);
-                o.written = entry;
-                Ok(o)
+                Outcome::wrote(OpKind::Update, entry)
             }),
             "pogreb" => Box::new(move |i| get_outcome(db, &key(fill_order[i as usize]), true)),
             "readrandom" | "readwhilewriting" => {
@@ -463,21 +471,15 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
             }
             "readseq" => Box::new(move |_| {
                 let n = db.scan(&key(0), usize::MAX)?;
-                let mut o = Outcome::new(OpKind::Scan);
-                o.read = n as u64 * entry;
-                Ok(o)
+                Outcome::read(OpKind::Scan, n as u64 * entry)
             }),
             "seekrandom" => Box::new(move |_| {
                 let n = db.scan(&key(rng.u64(..keys)), scan_length)?;
-                let mut o = Outcome::new(OpKind::Scan);
-                o.read = n as u64 * entry;
-                Ok(o)
+                Outcome::read(OpKind::Scan, n as u64 * entry)
             }),
             "deleterandom" => Box::new(move |i| {
                 db.delete(&key(fill_order[i as usize]))?;
-                let mut o = Outcome::new(OpKind::Delete);
-                o.written = ks as u64;
-                Ok(o)
+                Outcome::wrote(OpKind::Delete, ks as u64)
             }),
             _ => {
                 let mut stream = OpStream::new(

@@ -103,16 +103,19 @@ fn zeta(from: u64, to: u64, theta: f64, initial: f64) -> f64 {
 
 impl Zipfian {
     pub fn new(items: u64) -> Zipfian {
+        Zipfian::with_zeta(items, zeta(0, items, ZIPFIAN_CONSTANT, 0.0))
+    }
+
+    /// A generator over `items` whose zeta(items) is already known.
+    fn with_zeta(items: u64, zeta_n: f64) -> Zipfian {
         let theta = ZIPFIAN_CONSTANT;
-        let zeta_2 = zeta(0, 2, theta, 0.0);
-        let zeta_n = zeta(0, items, theta, 0.0);
         let mut z = Zipfian {
             items,
             theta,
             zeta_n,
             alpha: 1.0 / (1.0 - theta),
             eta: 0.0,
-            zeta_2,
+            zeta_2: zeta(0, 2, theta, 0.0),
         };
         z.eta = z.eta_for(items);
         z
@@ -160,18 +163,10 @@ const SCRAMBLED_ZETAN: f64 = 26.469_028_201_783_02;
 
 impl ScrambledZipfian {
     pub fn new(items: u64) -> ScrambledZipfian {
-        let theta = ZIPFIAN_CONSTANT;
-        let zeta_2 = zeta(0, 2, theta, 0.0);
-        let mut zipf = Zipfian {
-            items: SCRAMBLED_ITEMS,
-            theta,
-            zeta_n: SCRAMBLED_ZETAN,
-            alpha: 1.0 / (1.0 - theta),
-            eta: 0.0,
-            zeta_2,
-        };
-        zipf.eta = zipf.eta_for(SCRAMBLED_ITEMS);
-        ScrambledZipfian { items, zipf }
+        ScrambledZipfian {
+            items,
+            zipf: Zipfian::with_zeta(SCRAMBLED_ITEMS, SCRAMBLED_ZETAN),
+        }
     }
 
     pub fn next(&self, rng: &mut fastrand::Rng) -> u64 {
