@@ -496,3 +496,59 @@ fn a_settled_database_keeps_no_obsolete_pieces() {
         "{on_disk} piece files for {pieces_used} pieces in {tphs} TPHs"
     );
 }
+
+#[test]
+fn the_block_cache_answers_repeated_reads_and_survives_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        read_mode: tphdb::fs::ReadMode::Pread,
+        block_cache_bytes: 1 << 20,
+        ..small()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let value = |i: u32, round: u32| format!("value {i} round {round}").into_bytes();
+    for round in 0..3 {
+        for i in 0..20_000u32 {
+            if i % 3 == round % 3 || round == 0 {
+                db.put(i.to_be_bytes(), value(i, round)).unwrap();
+            }
+        }
+        db.flush().unwrap();
+        db.wait_for_compactions().unwrap();
+        // Each key twice: the second read of a block comes from the cache,
+        // and returns what is current, never a replaced piece's value.
+        for _ in 0..2 {
+            for i in (0..20_000u32).step_by(97) {
+                let newest = (0..=round)
+                    .rev()
+                    .find(|&r| r == 0 || i % 3 == r % 3)
+                    .unwrap();
+                assert_eq!(db.get(i.to_be_bytes()).unwrap(), Some(value(i, newest)));
+            }
+        }
+    }
+    let st = db.stats();
+    assert!(st.block_cache_hits > 0, "{st:?}");
+    assert!(st.block_cache_misses > 0, "{st:?}");
+    assert!(st.block_cache_bytes > 0 && st.block_cache_bytes <= 1 << 20);
+    // Cache hits are not disk reads.
+    assert!(st.get_block_reads < st.gets, "{st:?}");
+
+    // Without a cache, every lookup of a flushed key reads its block (and
+    // now and then one more, on a signature false positive).
+    drop(db);
+    let db = DB::open(
+        &Options {
+            block_cache_bytes: 0,
+            ..opts
+        },
+        dir.path(),
+    )
+    .unwrap();
+    for i in (0..20_000u32).step_by(97) {
+        db.get(i.to_be_bytes()).unwrap().unwrap();
+    }
+    let st = db.stats();
+    assert_eq!(st.block_cache_hits + st.block_cache_misses, 0);
+    assert!(st.get_block_reads >= st.gets && st.get_block_reads <= st.gets * 21 / 20);
+}

@@ -40,6 +40,15 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
             ReadMode::Mmap
         },
         scan_io_threads: 4,
+        // Pread mode caches blocks: small enough to evict while tests run.
+        block_cache_bytes: 8 << 10,
+        // Leveled mode merges level 0 and push-downs in several passes over
+        // partition ranges; the others in one.
+        compaction_memory_bytes: if matches!(mode, Mode::Leveled) {
+            1 << 10
+        } else {
+            Options::default().compaction_memory_bytes
+        },
         file_system: Some(Arc::new(fs.clone())),
         ..Options::default()
     }

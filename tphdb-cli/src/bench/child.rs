@@ -567,9 +567,10 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
         "write_amp",
         json!(round((w3 - w0) as f64 / user_written.max(1) as f64, 2)),
     );
+    // Without user reads (fills, deletes) there is nothing to amplify.
     put(
         "read_amp",
-        json!(round((r2 - r1) as f64 / run.read.max(1) as f64, 2)),
+        json!((run.read > 0).then(|| round((r2 - r1) as f64 / run.read as f64, 2))),
     );
     put("disk_read_mb", json!(round((r2 - r0) as f64 / 1e6, 1)));
     put("load_written_mb", json!(round((w1 - w0) as f64 / 1e6, 1)));

@@ -25,7 +25,7 @@ type BoxError = Box<dyn std::error::Error>;
 #[derive(Args, Clone, Debug)]
 pub struct PeerArgs {
     /// Engines to run, in order (tphdb first when present:
-    /// `rocksdb-tuned` sizes its cache from tphdb's index).
+    /// `rocksdb-tuned` sizes its cache from tphdb's index and block cache).
     #[arg(long, default_value = "tphdb", value_delimiter = ',')]
     pub engines: Vec<String>,
     /// Keys loaded before the measured phase (written by fills).
@@ -197,7 +197,12 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
             return Err(format!("{engine}: no result").into());
         };
         if engine == "tphdb" {
-            tuned_cache = row.get("index_bytes").and_then(Value::as_u64).unwrap_or(0);
+            // rocksdb-tuned gets tphdb's read memory (index and block
+            // cache) as its block cache, besides its pinned index and filters.
+            tuned_cache = ["index_bytes", "block_cache_capacity"]
+                .iter()
+                .filter_map(|k| row.get(*k).and_then(Value::as_u64))
+                .sum();
             // What the disk gives one thread, measured on tphdb's largest
             // file right after its run.
             if workload == "readrandom" && a.direct_io {
@@ -220,6 +225,10 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
             r.insert("read_ops_per_sec".into(), rd.unwrap_or(Value::Null));
         }
     }
+    let tuned_ops = rows
+        .iter()
+        .find(|r| r["engine"] == "rocksdb-tuned")
+        .and_then(|r| r["ops_per_sec"].as_f64());
     let base = rows.iter().find(|r| r["engine"] == "rocksdb").map(|r| {
         (
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
@@ -244,6 +253,13 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
                 json!(ratio(row.get("write_amp"), wa)),
             );
         }
+        if let Some(t) = tuned_ops.filter(|&t| t > 0.0) {
+            let ops = row.get("ops_per_sec").and_then(Value::as_f64);
+            row.insert("x_tuned_ops".into(), json!(ops.map(|o| round(o / t, 2))));
+        }
+        if let Some(w) = row.get("throughput_per_sec").and_then(worst_second) {
+            row.insert("worst_second_x_median".into(), json!(round(w, 2)));
+        }
         let engine = row["engine"].as_str().unwrap_or_default().to_string();
         report.result(
             &engine,
@@ -260,11 +276,13 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         "read_ops_per_sec",
         "ops_per_sec",
         "x_rocksdb_ops",
+        "x_tuned_ops",
         "avg_us",
         "p99_us",
         "x_rocksdb_p99",
         "p999_us",
         "load_ops_per_sec",
+        "worst_second_x_median",
         "write_amp",
         "x_rocksdb_write_amp",
         "read_amp",
@@ -438,4 +456,32 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The slowest whole second of a run over its median second (write stalls
+/// show up as a low ratio); `None` for runs under three seconds.
+fn worst_second(per_second: &Value) -> Option<f64> {
+    let mut v: Vec<f64> = per_second
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    if v.len() < 3 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let median = v[v.len() / 2];
+    (median > 0.0).then(|| v[0] / median)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_second_is_the_slowest_over_the_median() {
+        assert_eq!(worst_second(&json!([100, 20, 90, 110, 100])), Some(0.2));
+        assert_eq!(worst_second(&json!([100, 100])), None);
+        assert_eq!(worst_second(&json!([0, 0, 0])), None);
+    }
 }

@@ -7,6 +7,7 @@
 //! into different children run in parallel too.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -303,12 +304,8 @@ impl Inner {
                     .filter(|t| heads.contains(&t.head_number()))
                     .cloned()
                     .collect();
-                let lists = inputs
-                    .iter()
-                    .map(|t| t.live_entries())
-                    .collect::<Result<Vec<_>>>()?;
-                change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
-                self.merge_into_level(&version, 1, newest_first(lists), &mut change)?;
+                let all = 0..version.partitions(1);
+                self.merge_tphs_into_level(&version, &inputs, 1, all, &mut change)?;
                 for t in &inputs {
                     change.edit.remove_l0.push(t.head_number());
                     change.retire(t);
@@ -318,10 +315,12 @@ impl Inner {
                 let tph = version.tph(*level, *p).cloned().ok_or_else(|| {
                     Error::InvalidArgument(format!("no TPH at level {level} partition {p}"))
                 })?;
-                change.stats.bytes_read += tph.file_bytes();
-                self.merge_into_level(&version, level + 1, tph.live_entries()?, &mut change)?;
+                let fanout = version.partitions(1);
+                let children = p * fanout..(p + 1) * fanout;
+                let inputs = [tph];
+                self.merge_tphs_into_level(&version, &inputs, level + 1, children, &mut change)?;
                 change.edit.remove.push((*level, *p));
-                change.retire(&tph);
+                change.retire(&inputs[0]);
             }
             Job::Gc(level, p) => {
                 if let Some(base) = version.tph(*level, *p) {
@@ -355,7 +354,7 @@ impl Inner {
         MergeContext {
             fs: &self.fs,
             dir: &self.dir,
-            read_mode: self.opts.read_mode,
+            reads: &self.piece_reads,
             piece_options: &self.piece_options,
             sig_bits: self.opts.signature_bits,
             level,
@@ -365,6 +364,55 @@ impl Inner {
             min_live_ratio: self.opts.min_live_ratio,
             new_number: number,
         }
+    }
+
+    /// Merges the live entries of `inputs` (newest first) into the TPHs of
+    /// `level` in `targets`. At most `compaction_memory_bytes` of input is
+    /// held at once: past that, the targets are merged in several passes
+    /// over ranges of partitions, each reading the inputs again and keeping
+    /// only the entries that fall in its range.
+    fn merge_tphs_into_level(
+        &self,
+        version: &Version,
+        inputs: &[Arc<Tph>],
+        level: u32,
+        targets: Range<u64>,
+        change: &mut Change,
+    ) -> Result<()> {
+        let input_bytes: u64 = inputs.iter().map(|t| t.live_data_bytes()).sum();
+        let budget = (self.opts.compaction_memory_bytes as u64).max(1);
+        let width = targets.end - targets.start;
+        let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
+        let partitions = version.partitions(level);
+        let mut found = vec![0u64; inputs.len()];
+        for pass in 0..passes {
+            let lo = targets.start + width * pass / passes;
+            let hi = targets.start + width * (pass + 1) / passes;
+            let keep = |h: u64| (lo..hi).contains(&partition_of(h, partitions));
+            let lists = inputs
+                .iter()
+                .zip(&mut found)
+                .map(|(t, n)| {
+                    let l = if passes == 1 {
+                        t.live_entries_where(|_| true)?
+                    } else {
+                        t.live_entries_where(keep)?
+                    };
+                    *n += l.len() as u64;
+                    Ok(l)
+                })
+                .collect::<Result<Vec<_>>>();
+            let lists = lists.inspect_err(|_| discard(change))?;
+            change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
+            self.merge_into_level(version, level, newest_first(lists), change)?;
+        }
+        for (t, &n) in inputs.iter().zip(&found) {
+            if n != t.live_count() {
+                discard(change);
+                return Err(t.live_count_mismatch(n));
+            }
+        }
+        Ok(())
     }
 
     /// Merges `delta` into the TPHs of `level` it touches, in parallel.

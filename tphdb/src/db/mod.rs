@@ -138,6 +138,7 @@ pub(crate) struct Inner {
     pub(crate) io: Arc<IoCounts>,
     pub(crate) opts: Options,
     pub(crate) piece_options: crate::piece::PieceOptions,
+    pub(crate) piece_reads: crate::tph::PieceReads,
     pub(crate) read_only: bool,
     /// Released at shutdown, not when the last `Arc` goes: a job's thread
     /// may hold one a moment longer.

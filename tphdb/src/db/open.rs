@@ -18,7 +18,8 @@ use crate::filename::{parse, path, wal_name, FileKind, CURRENT, LOCK};
 use crate::fs::{CountingFs, FileSystem, PosixFs, ReadMode};
 use crate::log::{LogReader, LogWriter};
 use crate::memtable::MemTable;
-use crate::piece::PieceOptions;
+use crate::piece::{BlockCache, PieceOptions};
+use crate::tph::PieceReads;
 use crate::version::{Layout, RecoveredState, Version, VersionEdit, VersionSet};
 
 use super::jobs::Job;
@@ -93,6 +94,12 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     }
     let lock = fs.lock(&path(dir, LOCK), !read_only)?;
 
+    let piece_reads = PieceReads {
+        mode: opts.read_mode,
+        // Reads through mmap have the page cache.
+        cache: (opts.read_mode != ReadMode::Mmap && opts.block_cache_bytes > 0)
+            .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
+    };
     let exists = fs.exists(&path(dir, CURRENT));
     let mut opts = opts.clone();
     let (state, version) = if exists {
@@ -103,7 +110,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             )));
         }
         let state = VersionSet::read_state(fs.as_ref(), dir)?;
-        let version = VersionSet::open_version(&fs, dir, &state, opts.read_mode)?;
+        let version = VersionSet::open_version(&fs, dir, &state, &piece_reads)?;
         (state, version)
     } else {
         if !opts.create_if_missing {
@@ -265,6 +272,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         io,
         opts: opts.clone(),
         piece_options,
+        piece_reads,
         read_only,
         lock: Mutex::new(Some(lock)),
         queue: Mutex::new(WriteQueue::default()),

@@ -21,16 +21,19 @@ pub enum SyncPolicy {
     Never,
 }
 
-/// Options of a database. Defaults follow the CompassDB paper.
+/// Options of a database. Defaults follow the CompassDB paper, but for
+/// memtable sizes (see `docs/design.md`).
 #[derive(Clone)]
 pub struct Options {
     /// Create the database if the directory holds none.
     pub create_if_missing: bool,
     /// Fail if a database already exists.
     pub error_if_exists: bool,
-    /// Size at which the active memtable is frozen and flushed (paper: 128 MiB).
+    /// Size at which the active memtable is frozen and flushed (64 MiB; the
+    /// paper: 128 MiB).
     pub write_buffer_size: usize,
-    /// Frozen memtables waiting for flush before writers stall (paper: 4).
+    /// Frozen memtables waiting for flush before writers stall (2; the
+    /// paper: 4).
     pub max_immutable_memtables: usize,
     /// One bound on memtable memory: when set, `write_buffer_size` becomes
     /// `memory_budget / (1 + max_immutable_memtables)`.
@@ -61,6 +64,10 @@ pub struct Options {
     pub sync_policy: SyncPolicy,
     /// How piece files are read.
     pub read_mode: ReadMode,
+    /// Bytes of verified blocks kept in memory, shared by all reads, with
+    /// the `Pread` and `Direct` read modes (with `Mmap` the page cache does
+    /// this). 0 turns the cache off.
+    pub block_cache_bytes: usize,
     /// Block compression of new pieces.
     pub compression: Compression,
     /// Perfect hash implementation.
@@ -76,6 +83,10 @@ pub struct Options {
     /// TPHs add up past 1% extra reads, 10 bits keep them under it for
     /// about 0.27 more index bytes per key.
     pub signature_bits: u32,
+    /// Input a level-0 compaction or a push-down holds in memory at once;
+    /// larger inputs are merged in several passes over ranges of the
+    /// target partitions, each reading the inputs again.
+    pub compaction_memory_bytes: usize,
     /// Threads for flushes and compactions (a fixed pool).
     pub background_threads: usize,
     /// Threads iterators use to read blocks and seek pieces in parallel
@@ -98,8 +109,8 @@ impl Default for Options {
         Options {
             create_if_missing: true,
             error_if_exists: false,
-            write_buffer_size: 128 << 20,
-            max_immutable_memtables: 4,
+            write_buffer_size: 64 << 20,
+            max_immutable_memtables: 2,
             memory_budget: None,
             one_level: false,
             single_tier: false,
@@ -112,11 +123,13 @@ impl Default for Options {
             l0_stop_trigger: 20,
             sync_policy: SyncPolicy::Never,
             read_mode: ReadMode::Mmap,
+            block_cache_bytes: 8 << 20,
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
             phf_segment_keys: 1 << 16,
             signature_bits: 10,
+            compaction_memory_bytes: 128 << 20,
             background_threads: 2,
             scan_io_threads: 16,
             page_size: 4096,
@@ -141,9 +154,11 @@ impl fmt::Debug for Options {
             .field("tph_target_bytes", &self.tph_target_bytes)
             .field("sync_policy", &self.sync_policy)
             .field("read_mode", &self.read_mode)
+            .field("block_cache_bytes", &self.block_cache_bytes)
             .field("compression", &self.compression)
             .field("phf_kind", &self.phf_kind)
             .field("signature_bits", &self.signature_bits)
+            .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
             .finish_non_exhaustive()
     }

@@ -202,18 +202,19 @@ pub(crate) fn verify(opts: &Options, dir: &Path) -> Result<VerifyReport> {
     // TPH-level results, reported with the head piece's own checks.
     let mut tph_checks: HashMap<u64, Result<String>> = HashMap::new();
     for (level, head) in heads {
-        let result = Tph::open(&fs, dir, head, ReadMode::Pread, &mut referenced).and_then(|tph| {
-            let partitions = if level == 0 {
-                1
-            } else {
-                version.partitions(level)
-            };
-            let (live, dead) = tph.verify(partitions)?;
-            Ok(format!(
-                "TPH head, level {level}: {} pieces, {live} live and {dead} dead entries; ",
-                tph.piece_count()
-            ))
-        });
+        let result =
+            Tph::open(&fs, dir, head, &ReadMode::Pread.into(), &mut referenced).and_then(|tph| {
+                let partitions = if level == 0 {
+                    1
+                } else {
+                    version.partitions(level)
+                };
+                let (live, dead) = tph.verify(partitions)?;
+                Ok(format!(
+                    "TPH head, level {level}: {} pieces, {live} live and {dead} dead entries; ",
+                    tph.piece_count()
+                ))
+            });
         if let Err(e) = &result {
             if !referenced.contains_key(&head) {
                 let name = crate::tph::piece_file_name(head);
@@ -372,7 +373,7 @@ fn live_files(fs: &Arc<dyn FileSystem>, dir: &Path) -> Option<(HashSet<u64>, u64
     let state = VersionSet::read_state(fs.as_ref(), dir).ok()?;
     let mut open = HashMap::new();
     for &head in state.l0.iter().chain(state.levels.values()) {
-        Tph::open(fs, dir, head, ReadMode::Pread, &mut open).ok()?;
+        Tph::open(fs, dir, head, &ReadMode::Pread.into(), &mut open).ok()?;
     }
     Some((open.into_keys().collect(), state.log_number))
 }

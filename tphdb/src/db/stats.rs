@@ -99,6 +99,12 @@ pub struct DbStats {
     pub get_block_reads: u64,
     /// `get_block_reads / gets`.
     pub reads_per_get: f64,
+    /// Block reads (by lookups and scans) the block cache answered.
+    pub block_cache_hits: u64,
+    /// Block reads that went to the file.
+    pub block_cache_misses: u64,
+    /// Bytes the block cache holds (0 without one).
+    pub block_cache_bytes: u64,
     /// WAL bytes written.
     pub wal_bytes: u64,
     /// WAL syncs.
@@ -199,6 +205,11 @@ impl Inner {
             .chain(&sv.imms)
             .map(|m| m.memory_bytes() as u64)
             .sum();
+        let (block_cache_hits, block_cache_misses, block_cache_bytes, _) = self
+            .piece_reads
+            .cache
+            .as_ref()
+            .map_or((0, 0, 0, 0), |c| c.usage());
         DbStats {
             writes: s.writes.load(Relaxed),
             user_bytes_written: user,
@@ -213,6 +224,9 @@ impl Inner {
             get_hits: s.get_hits.load(Relaxed),
             get_block_reads: s.get_block_reads.load(Relaxed),
             reads_per_get: ratio(s.get_block_reads.load(Relaxed), gets),
+            block_cache_hits,
+            block_cache_misses,
+            block_cache_bytes,
             wal_bytes: s.wal_bytes.load(Relaxed),
             wal_syncs: s.wal_syncs.load(Relaxed),
             index_memory_bytes: global + local,
@@ -304,6 +318,11 @@ impl DbStats {
             self.get_block_reads,
             self.reads_per_get,
             self.read_amplification
+        );
+        let _ = writeln!(
+            s,
+            "block cache hits {}  misses {}  bytes {}",
+            self.block_cache_hits, self.block_cache_misses, self.block_cache_bytes
         );
         let _ = writeln!(
             s,

@@ -242,6 +242,11 @@ impl Block {
     }
 
     /// Number of slots.
+    /// Bytes the decoded block holds.
+    pub(crate) fn raw_len(&self) -> usize {
+        self.raw.len()
+    }
+
     pub(crate) fn slot_count(&self) -> usize {
         self.count
     }

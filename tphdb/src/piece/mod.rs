@@ -10,6 +10,7 @@
 
 pub(crate) mod block;
 mod block_index;
+mod cache;
 mod check;
 mod entry;
 mod format;
@@ -18,6 +19,7 @@ mod sorted;
 mod writer;
 
 pub use block_index::MAX_SEGMENT_BYTES;
+pub use cache::BlockCache;
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use format::{Compression, PieceProperties};
 pub(crate) use reader::{HashSection, ReadCount};

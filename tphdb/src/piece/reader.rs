@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::block::{Block, TRAILER_BYTES};
 use super::block_index::BlockIndex;
+use super::cache::BlockCache;
 use super::entry::Entry;
 use super::format::{decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES};
 use super::sorted::{SortedCursor, SortedIndex};
@@ -36,6 +37,8 @@ pub struct PieceReader {
     overflow: Vec<(u64, u32)>,
     sections: Vec<Section>,
     sorted: OnceLock<Arc<SortedIndex>>,
+    /// The shared block cache and this piece's number in it.
+    cache: Option<(Arc<BlockCache>, u64)>,
 }
 
 impl PieceReader {
@@ -126,6 +129,7 @@ impl PieceReader {
             overflow,
             sections,
             sorted: OnceLock::new(),
+            cache: None,
         })
     }
 
@@ -218,14 +222,38 @@ impl PieceReader {
         .map_err(|e| e.at(format_args!("{} block {b}", self.name)))
     }
 
-    /// Reads and verifies block `b`: one read.
+    /// Caches this piece's blocks in `cache` under `number`, which no
+    /// other piece sharing the cache may use.
+    pub fn with_block_cache(mut self, cache: Arc<BlockCache>, number: u64) -> PieceReader {
+        self.cache = Some((cache, number));
+        self
+    }
+
+    /// Reads and verifies block `b`: one read, or none from the cache.
     pub(crate) fn read_block(&self, b: u64) -> Result<Block> {
+        self.read_block_counted(b, &mut ReadCount::default())
+    }
+
+    /// [`PieceReader::read_block`], adding a read to `count` unless the
+    /// cache had the block.
+    fn read_block_counted(&self, b: u64, count: &mut ReadCount) -> Result<Block> {
+        if let Some((cache, number)) = &self.cache {
+            if let Some(block) = cache.get(*number, b) {
+                return Ok(block);
+            }
+        }
         let (offset, len) = self.blocks.block(b);
+        count.reads += 1;
+        count.bytes += len as u64;
         let bytes = self
             .file
             .read_at(offset, len)
             .map_err(|e| e.at(&self.name))?;
-        self.decode_block(b, bytes)
+        let block = self.decode_block(b, bytes)?;
+        if let Some((cache, number)) = &self.cache {
+            cache.insert(*number, b, block.clone());
+        }
+        Ok(block)
     }
 
     /// `len` bytes at `offset` of the file (one read).
@@ -247,10 +275,7 @@ impl PieceReader {
     /// The entry in `slot`, if any: one read, added to `count`.
     fn entry_counted(&self, slot: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
         let k = self.props.slots_per_block as u64;
-        let b = slot / k;
-        count.reads += 1;
-        count.bytes += self.blocks.block(b).1 as u64;
-        self.read_block(b)?
+        self.read_block_counted(slot / k, count)?
             .entry((slot % k) as usize)
             .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
     }

@@ -16,9 +16,9 @@ use super::index::{bits_for, Exception, GlobalIndex, EMPTY};
 use super::meta::{
     TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS,
 };
-use super::{piece_file_name, PieceFile, Tph};
+use super::{piece_file_name, PieceFile, PieceReads, Tph};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, ReadMode};
+use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
 use crate::phf::Phf;
 use crate::piece::{write_piece_with_sections, EntryRef, HashSection, PieceOptions};
@@ -38,7 +38,7 @@ pub(crate) struct DeltaEntry {
 pub(crate) struct MergeContext<'a> {
     pub(crate) fs: &'a Arc<dyn FileSystem>,
     pub(crate) dir: &'a Path,
-    pub(crate) read_mode: ReadMode,
+    pub(crate) reads: &'a PieceReads,
     pub(crate) piece_options: &'a PieceOptions,
     pub(crate) sig_bits: u32,
     pub(crate) level: u32,
@@ -356,7 +356,7 @@ pub(crate) fn merge(
         let _ = ctx.fs.remove(&path);
         return Err(e);
     }
-    let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.read_mode)?;
+    let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.reads)?;
     stats.bytes_written = head.file_bytes();
     stats.entries_written = written.len() as u64;
     if !written.is_empty() {

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::fs::{FileSystem, ReadMode};
 use crate::hash::key_hash;
 use crate::phf::Phf;
-use crate::piece::{Entry, PieceReader, ReadCount};
+use crate::piece::{BlockCache, Entry, PieceReader, ReadCount};
 
 /// File name of piece `number`.
 pub(crate) fn piece_file_name(number: u64) -> String {
@@ -56,15 +56,32 @@ impl std::fmt::Debug for PieceFile {
     }
 }
 
+/// How a database reads its pieces: the read mode, and the block cache
+/// when there is one.
+#[derive(Clone, Debug)]
+pub(crate) struct PieceReads {
+    pub(crate) mode: ReadMode,
+    pub(crate) cache: Option<Arc<BlockCache>>,
+}
+
+impl From<ReadMode> for PieceReads {
+    fn from(mode: ReadMode) -> PieceReads {
+        PieceReads { mode, cache: None }
+    }
+}
+
 impl PieceFile {
     pub(crate) fn open(
         fs: &Arc<dyn FileSystem>,
         dir: &Path,
         number: u64,
-        mode: ReadMode,
+        reads: &PieceReads,
     ) -> Result<Arc<PieceFile>> {
         let path = dir.join(piece_file_name(number));
-        let reader = PieceReader::open(fs.as_ref(), &path, mode)?;
+        let mut reader = PieceReader::open(fs.as_ref(), &path, reads.mode)?;
+        if let Some(cache) = &reads.cache {
+            reader = reader.with_block_cache(cache.clone(), number);
+        }
         Ok(Arc::new(PieceFile {
             number,
             reader,
@@ -135,14 +152,14 @@ impl Tph {
         fs: &Arc<dyn FileSystem>,
         dir: &Path,
         head_number: u64,
-        mode: ReadMode,
+        reads: &PieceReads,
         open_pieces: &mut HashMap<u64, Arc<PieceFile>>,
     ) -> Result<Tph> {
         let mut get = |n: u64| -> Result<Arc<PieceFile>> {
             if let Some(p) = open_pieces.get(&n) {
                 return Ok(p.clone());
             }
-            let p = PieceFile::open(fs, dir, n, mode)?;
+            let p = PieceFile::open(fs, dir, n, reads)?;
             open_pieces.insert(n, p.clone());
             Ok(p)
         };
@@ -330,13 +347,24 @@ impl Tph {
 
     /// Every live entry, in key order: the delta this TPH hands to the level
     /// below.
+    #[cfg(test)]
     pub(crate) fn live_entries(&self) -> Result<Vec<DeltaEntry>> {
-        let mut out = Vec::with_capacity(self.live_count() as usize);
+        let out = self.live_entries_where(|_| true)?;
+        if out.len() as u64 != self.live_count() {
+            return Err(self.live_count_mismatch(out.len() as u64));
+        }
+        Ok(out)
+    }
+
+    /// The live entries whose key hash passes `keep`, sorted by key. Reads
+    /// the whole TPH; only what passes is held in memory.
+    pub(crate) fn live_entries_where(&self, keep: impl Fn(u64) -> bool) -> Result<Vec<DeltaEntry>> {
+        let mut out = Vec::new();
         for (i, p) in self.pieces.iter().enumerate() {
             for e in p.iter() {
                 let e = e?;
                 let h = key_hash(&e.key);
-                if self.index.route(&e.key, h) == Some(i) {
+                if keep(h) && self.index.route(&e.key, h) == Some(i) {
                     out.push(DeltaEntry {
                         key: e.key,
                         value: e.value,
@@ -347,14 +375,16 @@ impl Tph {
             }
         }
         out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        if out.len() as u64 != self.live_count() {
-            return Err(Error::corruption(
-                format!("tph {} live entries", self.head.number),
-                self.live_count(),
-                out.len(),
-            ));
-        }
         Ok(out)
+    }
+
+    /// The error for a read of live entries that found `found` of them.
+    pub(crate) fn live_count_mismatch(&self, found: u64) -> Error {
+        Error::corruption(
+            format!("tph {} live entries", self.head.number),
+            self.live_count(),
+            found,
+        )
     }
 }
 

@@ -25,6 +25,7 @@ struct Harness {
     bottom: bool,
     max_pieces: usize,
     options: PieceOptions,
+    reads: PieceReads,
 }
 
 impl Harness {
@@ -43,6 +44,11 @@ impl Harness {
             options: PieceOptions {
                 page_size: 256,
                 ..PieceOptions::default()
+            },
+            // Small enough that blocks are evicted while the tests run.
+            reads: PieceReads {
+                mode: ReadMode::Pread,
+                cache: Some(Arc::new(BlockCache::new(16 << 10))),
             },
         }
     }
@@ -63,7 +69,7 @@ impl Harness {
         let ctx = MergeContext {
             fs: &self.fs,
             dir: &self.dir,
-            read_mode: ReadMode::Pread,
+            reads: &self.reads,
             piece_options: &self.options,
             sig_bits: 8,
             level: 1,
@@ -116,7 +122,7 @@ impl Harness {
                 &self.fs,
                 &self.dir,
                 tph.head_number(),
-                ReadMode::Pread,
+                &ReadMode::Pread.into(),
                 &mut open,
             )
             .unwrap(),
@@ -354,7 +360,15 @@ fn a_damaged_head_fails_to_open() {
         bad[i] ^= 0x41;
         h.mem.write_file(&path, bad);
         let mut open = HashMap::new();
-        if Tph::open(&h.fs, Path::new("/db"), head, ReadMode::Pread, &mut open).is_err() {
+        if Tph::open(
+            &h.fs,
+            Path::new("/db"),
+            head,
+            &ReadMode::Pread.into(),
+            &mut open,
+        )
+        .is_err()
+        {
             failures += 1;
         }
     }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::filename::{manifest_name, path, CURRENT};
 use crate::fs::{FileSystem, ReadMode};
 use crate::log::{LogReader, LogWriter, TailDrop};
-use crate::tph::{PieceFile, Tph};
+use crate::tph::{PieceFile, PieceReads, Tph};
 
 /// The structure replayed from a MANIFEST, by file numbers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -171,7 +171,7 @@ impl VersionSet {
         fs: &Arc<dyn FileSystem>,
         dir: &Path,
         state: &RecoveredState,
-        mode: ReadMode,
+        reads: &PieceReads,
     ) -> Result<Version> {
         let layout = state.layout.expect("read_state checked the layout");
         let mut open: HashMap<u64, Arc<PieceFile>> = HashMap::new();
@@ -181,10 +181,10 @@ impl VersionSet {
             v.levels.push(BTreeMap::new());
         }
         for &head in &state.l0 {
-            v.l0.push(Arc::new(Tph::open(fs, dir, head, mode, &mut open)?));
+            v.l0.push(Arc::new(Tph::open(fs, dir, head, reads, &mut open)?));
         }
         for (&(level, partition), &head) in &state.levels {
-            let tph = Tph::open(fs, dir, head, mode, &mut open)?;
+            let tph = Tph::open(fs, dir, head, reads, &mut open)?;
             if level == 0 || level > v.depth || (tph.level(), tph.partition()) != (level, partition)
             {
                 return Err(Error::corruption(

@@ -4,7 +4,8 @@
 //! `rocksdb-tuned`: RocksDB's tuning guide for point lookups: 10-bit Bloom
 //! filters (full filters, format version 5), index and filter blocks held
 //! in memory for good (outside the block cache), a block cache as large as
-//! tphdb's index, dynamic level sizes.
+//! the memory tphdb reads with (its index plus its block cache), dynamic
+//! level sizes.
 
 use std::path::Path;
 

@@ -9,7 +9,11 @@ use tphdb::{Options, DB};
 use super::{EngineConfig, Kv, Result};
 use crate::bench::report::round;
 
-pub struct Tphdb(DB);
+pub struct Tphdb {
+    db: DB,
+    /// Block cache capacity (0: none, as with mmap reads).
+    cache_bytes: u64,
+}
 
 impl Tphdb {
     pub fn open(dir: &Path, cfg: &EngineConfig) -> Result<Tphdb> {
@@ -29,25 +33,33 @@ impl Tphdb {
             },
             ..d
         };
-        Ok(Tphdb(DB::open(&opts, dir)?))
+        let cache_bytes = if opts.read_mode == ReadMode::Mmap {
+            0
+        } else {
+            opts.block_cache_bytes as u64
+        };
+        Ok(Tphdb {
+            db: DB::open(&opts, dir)?,
+            cache_bytes,
+        })
     }
 }
 
 impl Kv for Tphdb {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        Ok(self.0.put(key, value)?)
+        Ok(self.db.put(key, value)?)
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<usize>> {
-        Ok(self.0.get_pinned(key)?.map(|v| v.len()))
+        Ok(self.db.get_pinned(key)?.map(|v| v.len()))
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        Ok(self.0.delete(key)?)
+        Ok(self.db.delete(key)?)
     }
 
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
-        let mut it = self.0.raw_iterator();
+        let mut it = self.db.raw_iterator();
         it.seek(start);
         let mut read = 0;
         while read < n && it.valid() {
@@ -60,13 +72,13 @@ impl Kv for Tphdb {
     }
 
     fn settle(&self) -> Result<()> {
-        self.0.flush()?;
-        self.0.wait_for_compactions()?;
+        self.db.flush()?;
+        self.db.wait_for_compactions()?;
         Ok(())
     }
 
     fn extra(&self, keys: u64) -> Vec<(&'static str, Value)> {
-        let st = self.0.stats();
+        let st = self.db.stats();
         let levels: Vec<Value> = st
             .levels
             .iter()
@@ -93,6 +105,9 @@ impl Kv for Tphdb {
                 json!(round(st.index_memory_bytes as f64 / keys.max(1) as f64, 3)),
             ),
             ("index_bytes", json!(st.index_memory_bytes)),
+            ("block_cache_capacity", json!(self.cache_bytes)),
+            ("block_cache_hits", json!(st.block_cache_hits)),
+            ("block_cache_misses", json!(st.block_cache_misses)),
             ("compactions", json!(st.compactions)),
             ("flushes", json!(st.flushes)),
             ("levels", Value::Array(levels)),
