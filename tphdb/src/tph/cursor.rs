@@ -23,14 +23,18 @@ impl Deref for PieceRef {
 struct LiveCursor {
     tph: Arc<Tph>,
     piece: usize,
+    /// The TPH's only piece: every entry in it is live, no check needed.
+    only: bool,
     inner: SortedCursor<PieceRef>,
 }
 
 impl LiveCursor {
     fn live(&self) -> bool {
-        self.inner
-            .key()
-            .is_none_or(|k| self.tph.is_live(k, self.piece))
+        self.only
+            || self
+                .inner
+                .key()
+                .is_none_or(|k| self.tph.is_live(k, self.piece))
     }
 
     fn skip_forward(&mut self) -> Result<()> {
@@ -113,6 +117,7 @@ impl TphCursor {
             children.push(Box::new(LiveCursor {
                 tph: tph.clone(),
                 piece,
+                only: tph.pieces.len() == 1,
                 inner: SortedCursor::new(PieceRef(p.clone()))?,
             }));
         }

@@ -63,6 +63,11 @@ pub struct EngineConfig {
     pub tuned_cache_bytes: u64,
     /// Expected data size, for engines that must reserve a map (LMDB).
     pub data_bytes: u64,
+    /// The process's memory budget in MiB. Engines whose defaults assume
+    /// more are set up as a user running them in that budget would: tphdb
+    /// gives memtables a quarter of it (`memory_budget`) and compactions
+    /// an eighth; redb's cache gets a quarter (its default is 1 GiB).
+    pub memory_mb: Option<u64>,
     /// tphdb settings the command line overrides (`None`: the default).
     pub tphdb: TphdbSettings,
 }

@@ -19,8 +19,13 @@ impl Tphdb {
     pub fn open(dir: &Path, cfg: &EngineConfig) -> Result<Tphdb> {
         let d = Options::default();
         let t = &cfg.tphdb;
+        let budget = cfg.memory_mb.map(|mb| (mb << 20) as usize);
         let opts = Options {
             write_buffer_size: t.write_buffer_mb.map_or(d.write_buffer_size, |m| m << 20),
+            memory_budget: budget
+                .filter(|_| t.write_buffer_mb.is_none())
+                .map(|b| b / 4),
+            compaction_memory_bytes: budget.map_or(d.compaction_memory_bytes, |b| b / 8),
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
