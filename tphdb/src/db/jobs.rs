@@ -6,12 +6,14 @@
 //! Jobs on disjoint subtrees run in parallel, and within a job the merges
 //! into different children run in parallel too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use rayon::prelude::*;
 
 use super::{Inner, State};
@@ -21,6 +23,9 @@ use crate::hash::{key_hash, partition_of};
 use crate::memtable::MemTable;
 use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, PieceFile, Tph};
 use crate::version::{Version, VersionEdit};
+
+/// Memory an entry of a compaction's input costs beyond its key and value.
+const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
 /// Work for the background pool.
 #[derive(Debug)]
@@ -91,19 +96,35 @@ fn discard(change: &Change) {
 }
 
 /// The newest version of each key across `lists` (each sorted by key),
-/// where `lists[0]` is the newest.
+/// where `lists[0]` is the newest: a k-way merge, so at most the lists and
+/// the output are in memory at once.
 fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
     if lists.len() == 1 {
         return lists.into_iter().next().expect("one list");
     }
-    let mut all: Vec<(usize, DeltaEntry)> = lists
-        .into_iter()
+    let total = lists.iter().map(Vec::len).sum();
+    let mut out: Vec<DeltaEntry> = Vec::with_capacity(total);
+    let mut iters: Vec<std::vec::IntoIter<DeltaEntry>> =
+        lists.into_iter().map(Vec::into_iter).collect();
+    // Min-heap of (key, list index) over the head of each list; equal keys
+    // pop newest list first.
+    let mut heads: Vec<Option<DeltaEntry>> = iters.iter_mut().map(Iterator::next).collect();
+    let mut heap: BinaryHeap<Reverse<(Bytes, usize)>> = heads
+        .iter()
         .enumerate()
-        .flat_map(|(i, l)| l.into_iter().map(move |e| (i, e)))
+        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key.clone(), i))))
         .collect();
-    all.par_sort_unstable_by(|a, b| a.1.key.cmp(&b.1.key).then(a.0.cmp(&b.0)));
-    all.dedup_by(|later, first| later.1.key == first.1.key);
-    all.into_iter().map(|(_, e)| e).collect()
+    while let Some(Reverse((key, i))) = heap.pop() {
+        let e = heads[i].take().expect("a head per heap entry");
+        if let Some(next) = iters[i].next() {
+            heap.push(Reverse((next.key.clone(), i)));
+            heads[i] = Some(next);
+        }
+        if out.last().is_none_or(|last| last.key != key) {
+            out.push(e);
+        }
+    }
+    out
 }
 
 fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
@@ -118,13 +139,21 @@ fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
         .collect()
 }
 
-/// Splits a sorted delta by partition of a level with `partitions` TPHs.
+/// Splits a sorted delta by partition of a level with `partitions` TPHs,
+/// each part allocated at its exact size.
 fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
-    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = BTreeMap::new();
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for e in &delta {
+        *counts.entry(partition_of(e.h, partitions)).or_default() += 1;
+    }
+    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = counts
+        .into_iter()
+        .map(|(p, n)| (p, Vec::with_capacity(n)))
+        .collect();
     for e in delta {
         parts
-            .entry(partition_of(e.h, partitions))
-            .or_default()
+            .get_mut(&partition_of(e.h, partitions))
+            .expect("counted")
             .push(e);
     }
     parts
@@ -379,7 +408,12 @@ impl Inner {
         targets: Range<u64>,
         change: &mut Change,
     ) -> Result<()> {
-        let input_bytes: u64 = inputs.iter().map(|t| t.live_data_bytes()).sum();
+        // Keys and values, plus what each entry costs while it is merged
+        // (its entry in the inputs, the merged list and a partition's).
+        let input_bytes: u64 = inputs
+            .iter()
+            .map(|t| t.live_data_bytes() + t.live_count() * MERGE_BYTES_PER_ENTRY)
+            .sum();
         let budget = (self.opts.compaction_memory_bytes as u64).max(1);
         let width = targets.end - targets.start;
         let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 pub(crate) use cursor::TphCursor;
 pub(crate) use merge::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats};
 
@@ -357,7 +359,9 @@ impl Tph {
     }
 
     /// The live entries whose key hash passes `keep`, sorted by key. Reads
-    /// the whole TPH; only what passes is held in memory.
+    /// the whole TPH; only what passes is held in memory: keys and values
+    /// are copied out of the read buffers, which would otherwise stay alive
+    /// for as long as one entry of theirs does.
     pub(crate) fn live_entries_where(&self, keep: impl Fn(u64) -> bool) -> Result<Vec<DeltaEntry>> {
         let mut out = Vec::new();
         for (i, p) in self.pieces.iter().enumerate() {
@@ -366,8 +370,8 @@ impl Tph {
                 let h = key_hash(&e.key);
                 if keep(h) && self.index.route(&e.key, h) == Some(i) {
                     out.push(DeltaEntry {
-                        key: e.key,
-                        value: e.value,
+                        key: Bytes::copy_from_slice(&e.key),
+                        value: e.value.as_deref().map(Bytes::copy_from_slice),
                         seq: e.seq,
                         h,
                     });
