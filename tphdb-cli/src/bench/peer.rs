@@ -194,7 +194,16 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         }
         drop(budget);
         if !out.status.success() {
-            return Err(format!("{engine} failed ({})", out.status).into());
+            // One engine failing (say, killed by its memory budget) leaves
+            // the others' results standing; the row says what happened.
+            let why = format!("failed ({})", out.status);
+            eprintln!("  {engine}: {why}");
+            let _ = std::fs::remove_dir_all(tmp.path().join(engine));
+            let mut row = Map::new();
+            row.insert("engine".into(), json!(engine));
+            row.insert("error".into(), json!(why));
+            rows.push(row);
+            continue;
         }
         let row: Value = serde_json::from_slice(&out.stdout)?;
         let Value::Object(row) = row else {
@@ -295,6 +304,7 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         "reads_per_get",
         "index_bytes_per_key",
         "tphdb_ratio",
+        "error",
     ]);
     for r in report.rows() {
         if let Some(Value::String(s)) = r.get("structure") {
