@@ -9,6 +9,7 @@
 #   KEYS (2000000) OPS (200000) MEMORY_MB (256) RUN_SECONDS (20)
 #   VALUE_SIZE (128) ENGINES (all) WORKLOADS (all) TAG (none; starts
 #   with "_", e.g. TAG=_1k)
+#   DIRECT (1: O_DIRECT reads for tphdb and RocksDB; 0: buffered)
 #   EXTRA (more `tphdb bench` flags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,13 +30,14 @@ work=${BENCH_DIR:-$PWD/target/bench-work}
 scripts/setup-peers.sh >/dev/null
 cargo build --release --features peers --bin tphdb
 mkdir -p "$out" "$work"
-budget=()
-[[ $memory != 0 ]] && budget=(--memory-mb "$memory")
+flags=()
+[[ $memory != 0 ]] && flags+=(--memory-mb "$memory")
+[[ ${DIRECT:-1} != 0 ]] && flags+=(--direct-io)
 for w in $workloads; do
     echo "== $w$tag"
     # shellcheck disable=SC2086 # EXTRA is a list of flags
     ./target/release/tphdb bench "$w" --engines "$engines" --keys "$keys" --ops "$ops" \
-        --value-size "$value_size" --seconds "$run_seconds" --direct-io "${budget[@]}" \
+        --value-size "$value_size" --seconds "$run_seconds" "${flags[@]}" \
         --dir "$work" --json "$out/$w$tag.json" --plot "$out" ${EXTRA:-} | tee "$out/$w$tag.txt"
     if [[ -n $tag ]]; then
         for svg in "$out/$w"-*.svg; do
@@ -52,6 +54,10 @@ done
     echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) of RAM, shared with other work."
     echo "Each section states its run's settings. The commentary is in"
     echo "[../benchmarks.md](../benchmarks.md)."
+    echo
+    echo "## Summary"
+    echo
+    python3 scripts/bench_summary.py "$out" "$all_workloads"
     for w in $all_workloads; do
         for txt in "$out/$w".txt "$out/$w"_*.txt; do
             [[ -e $txt ]] || continue

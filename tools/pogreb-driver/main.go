@@ -45,74 +45,82 @@ type unit struct {
 	marker byte
 }
 
-func readStream(path string) ([]unit, error) {
+// stream reads the recorded units one at a time: the whole stream would
+// not fit the memory budget a benchmark gives the engine.
+type stream struct {
+	f *os.File
+	r *bufio.Reader
+}
+
+func openStream(path string) (*stream, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
-	var units []unit
-	u32 := func() (uint32, error) {
-		var b [4]byte
-		_, err := io.ReadFull(r, b[:])
-		return binary.LittleEndian.Uint32(b[:]), err
+	return &stream{f: f, r: bufio.NewReaderSize(f, 1<<20)}, nil
+}
+
+func (s *stream) u32() (uint32, error) {
+	var b [4]byte
+	_, err := io.ReadFull(s.r, b[:])
+	return binary.LittleEndian.Uint32(b[:]), err
+}
+
+func (s *stream) bytesN() ([]byte, error) {
+	n, err := s.u32()
+	if err != nil {
+		return nil, err
 	}
-	bytesN := func() ([]byte, error) {
-		n, err := u32()
-		if err != nil {
-			return nil, err
-		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(r, b)
-		return b, err
+	b := make([]byte, n)
+	_, err = io.ReadFull(s.r, b)
+	return b, err
+}
+
+// next returns the next unit, or ok == false at the end of the stream.
+func (s *stream) next() (u unit, ok bool, err error) {
+	label, err := s.r.ReadByte()
+	if err == io.EOF {
+		return unit{}, false, nil
 	}
-	for {
-		label, err := r.ReadByte()
-		if err == io.EOF {
-			return units, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		count, err := r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		if label == 255 {
-			units = append(units, unit{marker: count})
-			continue
-		}
-		u := unit{label: label}
-		for i := 0; i < int(count); i++ {
-			code, err := r.ReadByte()
-			if err != nil {
-				return nil, err
-			}
-			o := op{code: code}
-			if o.key, err = bytesN(); err != nil {
-				return nil, err
-			}
-			switch code {
-			case 1:
-				o.value, err = bytesN()
-			case 2:
-				var e byte
-				e, err = r.ReadByte()
-				o.expect = e == 1
-			case 3:
-			case 4:
-				return nil, fmt.Errorf("pogreb has no ordered scans: workloads with scans are not supported")
-			default:
-				return nil, fmt.Errorf("unknown op %d", code)
-			}
-			if err != nil {
-				return nil, err
-			}
-			u.ops = append(u.ops, o)
-		}
-		units = append(units, u)
+	if err != nil {
+		return unit{}, false, err
 	}
+	count, err := s.r.ReadByte()
+	if err != nil {
+		return unit{}, false, err
+	}
+	if label == 255 {
+		return unit{marker: count}, true, nil
+	}
+	u = unit{label: label}
+	for i := 0; i < int(count); i++ {
+		code, err := s.r.ReadByte()
+		if err != nil {
+			return unit{}, false, err
+		}
+		o := op{code: code}
+		if o.key, err = s.bytesN(); err != nil {
+			return unit{}, false, err
+		}
+		switch code {
+		case 1:
+			o.value, err = s.bytesN()
+		case 2:
+			var e byte
+			e, err = s.r.ReadByte()
+			o.expect = e == 1
+		case 3:
+		case 4:
+			return unit{}, false, fmt.Errorf("pogreb has no ordered scans: workloads with scans are not supported")
+		default:
+			return unit{}, false, fmt.Errorf("unknown op %d", code)
+		}
+		if err != nil {
+			return unit{}, false, err
+		}
+		u.ops = append(u.ops, o)
+	}
+	return u, true, nil
 }
 
 func procIO() (read, write uint64) {
@@ -196,11 +204,12 @@ func (l latencies) summary() map[string]any {
 	}
 }
 
-func run(stream, dir string) (map[string]any, error) {
-	units, err := readStream(stream)
+func run(streamPath, dir string) (map[string]any, error) {
+	units, err := openStream(streamPath)
 	if err != nil {
 		return nil, err
 	}
+	defer units.f.Close()
 	// Pogreb's defaults, with its background sync off: like the other
 	// engines, no sync per write; a settle syncs.
 	open := func() (*pogreb.DB, error) { return pogreb.Open(dir, &pogreb.Options{}) }
@@ -220,7 +229,14 @@ func run(stream, dir string) (map[string]any, error) {
 	tick := start
 	var loadEnd time.Time
 	var lastCount int64
-	for _, u := range units {
+	for {
+		u, ok, err := units.next()
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
 		if u.marker != 0 {
 			if !running && loadEnd.IsZero() {
 				loadEnd = time.Now()
