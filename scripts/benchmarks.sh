@@ -39,6 +39,7 @@ for w in $workloads; do
     ./target/release/tphdb bench "$w" --engines "$engines" --keys "$keys" --ops "$ops" \
         --value-size "$value_size" --seconds "$run_seconds" "${flags[@]}" \
         --dir "$work" --json "$out/$w$tag.json" --plot "$out" ${EXTRA:-} | tee "$out/$w$tag.txt"
+    git rev-parse --short HEAD > "$out/$w$tag.commit"
     if [[ -n $tag ]]; then
         for svg in "$out/$w"-*.svg; do
             [[ -e $svg && $svg != *"$tag"* ]] && mv "$svg" "${svg%.svg}$tag.svg"
@@ -74,6 +75,7 @@ print(f"{p['keys']} keys of {p['key_size']} + {p['value_size']} bytes, "
       + (f"a {p['memory_mb']} MiB memory budget per engine, " if p.get('memory_mb') else "no memory budget, ")
       + ("O_DIRECT reads for tphdb and RocksDB." if p['direct_io'] else "buffered reads."))
 EOF
+            [[ -e $out/$name.commit ]] && echo "Commit $(cat "$out/$name.commit")."
             echo
             echo '```'
             cat "$txt"

@@ -27,6 +27,12 @@ use crate::version::{Version, VersionEdit};
 /// Memory an entry of a compaction's input costs beyond its key and value.
 const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
+/// Memory a merge of `t`'s live entries holds: keys and values, plus what
+/// each entry costs (in the inputs, the merged list and a partition's).
+fn merge_memory(t: &Tph) -> u64 {
+    t.live_data_bytes() + t.live_count() * MERGE_BYTES_PER_ENTRY
+}
+
 /// Work for the background pool.
 #[derive(Debug)]
 pub(crate) enum Job {
@@ -176,7 +182,11 @@ impl Inner {
         while let Some(job) = self.pick(st) {
             st.running_jobs += 1;
             let inner = self.clone();
-            self.pool.spawn(move || inner.run_job(job));
+            let pool = match job {
+                Job::Flush(_) => &self.flush_pool,
+                _ => &self.pool,
+            };
+            pool.spawn(move || inner.run_job(job));
         }
     }
 
@@ -201,8 +211,24 @@ impl Inner {
             return Some(Job::Flush(st.imms.iter().cloned().collect()));
         }
         if !opts.one_level && v.l0.len() >= opts.l0_compaction_trigger && !Self::level1_busy(st) {
+            // The oldest level-0 TPHs whose merge fits the compaction
+            // memory (at least one): newer ones stay above level 1, which
+            // keeps reads right, and a merge in one pass reads its inputs
+            // once. Taking all of a level 0 that fell behind took many
+            // passes over it, each slower than the flushes piling up.
             st.l0_compacting = true;
-            return Some(Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()));
+            let budget = opts.compaction_memory_bytes as u64;
+            let mut used = 0;
+            let oldest: Vec<u64> =
+                v.l0.iter()
+                    .rev()
+                    .take_while(|t| {
+                        used += merge_memory(t);
+                        used <= budget || used == merge_memory(t)
+                    })
+                    .map(|t| t.head_number())
+                    .collect();
+            return Some(Job::L0ToL1(oldest));
         }
         for level in 1..v.depth {
             if level == 1 && (st.l0_compacting || st.busy.contains(&(1, u64::MAX))) {
@@ -408,12 +434,7 @@ impl Inner {
         targets: Range<u64>,
         change: &mut Change,
     ) -> Result<()> {
-        // Keys and values, plus what each entry costs while it is merged
-        // (its entry in the inputs, the merged list and a partition's).
-        let input_bytes: u64 = inputs
-            .iter()
-            .map(|t| t.live_data_bytes() + t.live_count() * MERGE_BYTES_PER_ENTRY)
-            .sum();
+        let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
         let budget = (self.opts.compaction_memory_bytes as u64).max(1);
         let width = targets.end - targets.start;
         let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));

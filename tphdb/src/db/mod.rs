@@ -154,6 +154,9 @@ pub(crate) struct Inner {
     pub(crate) visible_seq: AtomicU64,
     pub(crate) stats: Stats,
     pub(crate) pool: rayon::ThreadPool,
+    /// Flushes run here, never queued behind a long compaction on `pool`:
+    /// writers wait for flushes when frozen memtables pile up.
+    pub(crate) flush_pool: rayon::ThreadPool,
     /// Threads for the parallel reads of scans; only for read modes that
     /// block on the device (with mmap, pages are mostly in memory).
     pub(crate) io_pool: Option<Arc<rayon::ThreadPool>>,

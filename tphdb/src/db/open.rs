@@ -222,6 +222,11 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         .thread_name(|i| format!("tphdb-bg-{i}"))
         .build()
         .map_err(|e| Error::io("starting background threads", std::io::Error::other(e)))?;
+    let flush_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .thread_name(|_| "tphdb-flush".to_string())
+        .build()
+        .map_err(|e| Error::io("starting the flush thread", std::io::Error::other(e)))?;
     let io_pool = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
         None
     } else {
@@ -283,6 +288,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         visible_seq: AtomicU64::new(last_seq),
         stats,
         pool,
+        flush_pool,
         io_pool,
         shutting_down: AtomicBool::new(false),
         sync_thread: Mutex::new(None),

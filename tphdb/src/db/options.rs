@@ -87,7 +87,8 @@ pub struct Options {
     /// larger inputs are merged in several passes over ranges of the
     /// target partitions, each reading the inputs again.
     pub compaction_memory_bytes: usize,
-    /// Threads for flushes and compactions (a fixed pool).
+    /// Threads for compactions (a fixed pool); flushes have a thread of
+    /// their own besides.
     pub background_threads: usize,
     /// Threads iterators use to read blocks and seek pieces in parallel
     /// with the `Pread` and `Direct` read modes (reads block, so more
