@@ -329,7 +329,7 @@ func run(streamPath, dir string) (map[string]any, error) {
 		"p99_us":             all.quantile(0.99),
 		"p999_us":            all.quantile(0.999),
 		"write_amp":          round(float64(w3-w0)/math.Max(float64(userWritten), 1), 2),
-		"read_amp":           round(float64(r2-r1)/math.Max(float64(userRead), 1), 2),
+		"read_amp":           nil,
 		"disk_read_mb":       round(float64(r2-r0)/1e6, 1),
 		"disk_written_mb":    round(float64(w3-w0)/1e6, 1),
 		"space_mb":           round(float64(dirBytes(dir))/1e6, 1),
@@ -338,6 +338,10 @@ func run(streamPath, dir string) (map[string]any, error) {
 		"ops":                runOps,
 		"latency":            lat,
 		"throughput_per_sec": perSecond,
+	}
+	// Without user reads (fills, deletes) there is nothing to amplify.
+	if userRead > 0 {
+		row["read_amp"] = round(float64(r2-r1)/float64(userRead), 2)
 	}
 	if loadOps > 0 {
 		row["load_ops_per_sec"] = round(float64(loadOps)/math.Max(loadSecs, 1e-9), 0)

@@ -217,7 +217,7 @@ impl Inner {
             // once. Taking all of a level 0 that fell behind took many
             // passes over it, each slower than the flushes piling up.
             st.l0_compacting = true;
-            let budget = opts.compaction_memory_bytes as u64;
+            let budget = self.job_memory();
             let mut used = 0;
             let oldest: Vec<u64> =
                 v.l0.iter()
@@ -391,6 +391,13 @@ impl Inner {
         self.apply(change, flushed)
     }
 
+    /// The memory one compaction may hold: an equal share of
+    /// `compaction_memory_bytes` per background thread, as that many run
+    /// at once.
+    fn job_memory(&self) -> u64 {
+        (self.opts.compaction_memory_bytes / self.opts.background_threads.max(1)).max(1) as u64
+    }
+
     fn new_file_number(&self) -> Result<u64> {
         let mut st = self.state.lock();
         match st.versions.as_mut() {
@@ -435,7 +442,7 @@ impl Inner {
         change: &mut Change,
     ) -> Result<()> {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
-        let budget = (self.opts.compaction_memory_bytes as u64).max(1);
+        let budget = self.job_memory();
         let width = targets.end - targets.start;
         let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
         let partitions = version.partitions(level);

@@ -83,9 +83,11 @@ pub struct Options {
     /// TPHs add up past 1% extra reads, 10 bits keep them under it for
     /// about 0.27 more index bytes per key.
     pub signature_bits: u32,
-    /// Input a level-0 compaction or a push-down holds in memory at once;
-    /// larger inputs are merged in several passes over ranges of the
-    /// target partitions, each reading the inputs again.
+    /// Input the running compactions together hold in memory, shared
+    /// equally by the `background_threads`. A level-0 compaction takes the
+    /// oldest level-0 TPHs that fit its share; a larger input is merged in
+    /// several passes over ranges of the target partitions, each reading
+    /// the inputs again.
     pub compaction_memory_bytes: usize,
     /// Threads for compactions (a fixed pool); flushes have a thread of
     /// their own besides.
