@@ -1,37 +1,24 @@
 //! Background jobs: flushes and compactions, and their scheduling.
 //!
-//! Jobs run on a fixed-size thread pool. A job owns the TPHs it rewrites
+//! Compactions run on a fixed-size thread pool, flushes on a thread of
+//! their own (see `docs/design.md`). A job owns the TPHs it rewrites
 //! (marked busy): a flush in one-level mode and a level-0 compaction own all
 //! of level 1; pushing TPH `(i, p)` down owns it and its `fanout` children.
 //! Jobs on disjoint subtrees run in parallel, and within a job the merges
 //! into different children run in parallel too.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::ops::Range;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use rayon::prelude::*;
-
+use super::delta::{memtable_delta, merge_memory, newest_first};
 use super::{Inner, State};
 use crate::error::{Error, Result};
 use crate::filename::{parse, path, wal_name, FileKind};
-use crate::hash::{key_hash, partition_of};
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, PieceFile, Tph};
-use crate::version::{Version, VersionEdit};
-
-/// Memory an entry of a compaction's input costs beyond its key and value.
-const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
-
-/// Memory a merge of `t`'s live entries holds: keys and values, plus what
-/// each entry costs (in the inputs, the merged list and a partition's).
-fn merge_memory(t: &Tph) -> u64 {
-    t.live_data_bytes() + t.live_count() * MERGE_BYTES_PER_ENTRY
-}
+use crate::tph::{merge, MergeContext, MergeOutcome, MergeStats, PieceFile, Tph};
+use crate::version::VersionEdit;
 
 /// Work for the background pool.
 #[derive(Debug)]
@@ -48,16 +35,16 @@ pub(crate) enum Job {
 
 /// What a job changes, before it is applied.
 #[derive(Default)]
-struct Change {
+pub(super) struct Change {
     edit: VersionEdit,
     new_tphs: HashMap<u64, Arc<Tph>>,
     obsolete: Vec<Arc<PieceFile>>,
-    stats: MergeStats,
+    pub(super) stats: MergeStats,
 }
 
 impl Change {
     /// Records the outcome of merging into `(level, partition)`.
-    fn add(&mut self, level: u32, partition: u64, outcome: MergeOutcome) {
+    pub(super) fn add(&mut self, level: u32, partition: u64, outcome: MergeOutcome) {
         let (obsolete, stats) = match outcome {
             MergeOutcome::Unchanged => return,
             MergeOutcome::Emptied { obsolete, stats } => {
@@ -91,7 +78,7 @@ impl Change {
 }
 
 /// Deletes the head pieces a failed job wrote for TPHs it never installed.
-fn discard(change: &Change) {
+pub(super) fn discard(change: &Change) {
     for t in change.new_tphs.values() {
         for f in t.files() {
             if f.number() == t.head_number() {
@@ -99,70 +86,6 @@ fn discard(change: &Change) {
             }
         }
     }
-}
-
-/// The newest version of each key across `lists` (each sorted by key),
-/// where `lists[0]` is the newest: a k-way merge, so at most the lists and
-/// the output are in memory at once.
-fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
-    if lists.len() == 1 {
-        return lists.into_iter().next().expect("one list");
-    }
-    let total = lists.iter().map(Vec::len).sum();
-    let mut out: Vec<DeltaEntry> = Vec::with_capacity(total);
-    let mut iters: Vec<std::vec::IntoIter<DeltaEntry>> =
-        lists.into_iter().map(Vec::into_iter).collect();
-    // Min-heap of (key, list index) over the head of each list; equal keys
-    // pop newest list first.
-    let mut heads: Vec<Option<DeltaEntry>> = iters.iter_mut().map(Iterator::next).collect();
-    let mut heap: BinaryHeap<Reverse<(Bytes, usize)>> = heads
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key.clone(), i))))
-        .collect();
-    while let Some(Reverse((key, i))) = heap.pop() {
-        let e = heads[i].take().expect("a head per heap entry");
-        if let Some(next) = iters[i].next() {
-            heap.push(Reverse((next.key.clone(), i)));
-            heads[i] = Some(next);
-        }
-        if out.last().is_none_or(|last| last.key != key) {
-            out.push(e);
-        }
-    }
-    out
-}
-
-fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
-    mem.newest_versions()
-        .into_iter()
-        .map(|(key, v)| DeltaEntry {
-            h: key_hash(&key),
-            key,
-            value: v.value,
-            seq: v.seq,
-        })
-        .collect()
-}
-
-/// Splits a sorted delta by partition of a level with `partitions` TPHs,
-/// each part allocated at its exact size.
-fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    for e in &delta {
-        *counts.entry(partition_of(e.h, partitions)).or_default() += 1;
-    }
-    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = counts
-        .into_iter()
-        .map(|(p, n)| (p, Vec::with_capacity(n)))
-        .collect();
-    for e in delta {
-        parts
-            .get_mut(&partition_of(e.h, partitions))
-            .expect("counted")
-            .push(e);
-    }
-    parts
 }
 
 impl Inner {
@@ -218,16 +141,14 @@ impl Inner {
             // passes over it, each slower than the flushes piling up.
             st.l0_compacting = true;
             let budget = self.job_memory();
-            let mut used = 0;
-            let oldest: Vec<u64> =
-                v.l0.iter()
-                    .rev()
-                    .take_while(|t| {
-                        used += merge_memory(t);
-                        used <= budget || used == merge_memory(t)
-                    })
-                    .map(|t| t.head_number())
-                    .collect();
+            let (mut oldest, mut used) = (Vec::new(), 0);
+            for t in v.l0.iter().rev() {
+                used += merge_memory(t);
+                if used > budget && !oldest.is_empty() {
+                    break;
+                }
+                oldest.push(t.head_number());
+            }
             return Some(Job::L0ToL1(oldest));
         }
         for level in 1..v.depth {
@@ -370,7 +291,7 @@ impl Inner {
                 let tph = version.tph(*level, *p).cloned().ok_or_else(|| {
                     Error::InvalidArgument(format!("no TPH at level {level} partition {p}"))
                 })?;
-                let fanout = version.partitions(1);
+                let fanout = version.layout.fanout;
                 let children = p * fanout..(p + 1) * fanout;
                 let inputs = [tph];
                 self.merge_tphs_into_level(&version, &inputs, level + 1, children, &mut change)?;
@@ -394,11 +315,11 @@ impl Inner {
     /// The memory one compaction may hold: an equal share of
     /// `compaction_memory_bytes` per background thread, as that many run
     /// at once.
-    fn job_memory(&self) -> u64 {
+    pub(super) fn job_memory(&self) -> u64 {
         (self.opts.compaction_memory_bytes / self.opts.background_threads.max(1)).max(1) as u64
     }
 
-    fn new_file_number(&self) -> Result<u64> {
+    pub(super) fn new_file_number(&self) -> Result<u64> {
         let mut st = self.state.lock();
         match st.versions.as_mut() {
             Some(vs) => Ok(vs.new_file_number()),
@@ -406,7 +327,7 @@ impl Inner {
         }
     }
 
-    fn merge_context(
+    pub(super) fn merge_context(
         &self,
         level: u32,
         partition: u64,
@@ -425,97 +346,6 @@ impl Inner {
             max_pieces: self.opts.effective_max_pieces(),
             min_live_ratio: self.opts.min_live_ratio,
             new_number: number,
-        }
-    }
-
-    /// Merges the live entries of `inputs` (newest first) into the TPHs of
-    /// `level` in `targets`. At most `compaction_memory_bytes` of input is
-    /// held at once: past that, the targets are merged in several passes
-    /// over ranges of partitions, each reading the inputs again and keeping
-    /// only the entries that fall in its range.
-    fn merge_tphs_into_level(
-        &self,
-        version: &Version,
-        inputs: &[Arc<Tph>],
-        level: u32,
-        targets: Range<u64>,
-        change: &mut Change,
-    ) -> Result<()> {
-        let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
-        let budget = self.job_memory();
-        let width = targets.end - targets.start;
-        let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
-        let partitions = version.partitions(level);
-        let mut found = vec![0u64; inputs.len()];
-        for pass in 0..passes {
-            let lo = targets.start + width * pass / passes;
-            let hi = targets.start + width * (pass + 1) / passes;
-            let keep = |h: u64| (lo..hi).contains(&partition_of(h, partitions));
-            let lists = inputs
-                .iter()
-                .zip(&mut found)
-                .map(|(t, n)| {
-                    let l = if passes == 1 {
-                        t.live_entries_where(|_| true)?
-                    } else {
-                        t.live_entries_where(keep)?
-                    };
-                    *n += l.len() as u64;
-                    Ok(l)
-                })
-                .collect::<Result<Vec<_>>>();
-            let lists = lists.inspect_err(|_| discard(change))?;
-            change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
-            self.merge_into_level(version, level, newest_first(lists), change)?;
-        }
-        for (t, &n) in inputs.iter().zip(&found) {
-            if n != t.live_count() {
-                discard(change);
-                return Err(t.live_count_mismatch(n));
-            }
-        }
-        Ok(())
-    }
-
-    /// Merges `delta` into the TPHs of `level` it touches, in parallel.
-    fn merge_into_level(
-        &self,
-        version: &Version,
-        level: u32,
-        delta: Vec<DeltaEntry>,
-        change: &mut Change,
-    ) -> Result<()> {
-        let parts = split(delta, version.partitions(level));
-        let numbers: Vec<u64> = parts
-            .keys()
-            .map(|_| self.new_file_number())
-            .collect::<Result<_>>()?;
-        let bottom = level == version.depth;
-        let outcomes: Vec<Result<(u64, MergeOutcome)>> = parts
-            .into_iter()
-            .zip(numbers)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|((p, d), number)| {
-                let ctx = self.merge_context(level, p, bottom, number);
-                Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
-            })
-            .collect();
-        let mut first_error = None;
-        for o in outcomes {
-            match o {
-                Ok((p, o)) => change.add(level, p, o),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            None => Ok(()),
-            Some(e) => {
-                discard(change);
-                Err(e)
-            }
         }
     }
 

@@ -7,6 +7,7 @@
 //! levels. Readers pin a [`SuperVersion`] (memtables plus the set of TPHs)
 //! and never block writers or compactions.
 
+mod delta;
 mod iter;
 mod jobs;
 pub(crate) mod open;

@@ -205,11 +205,11 @@ impl Inner {
             .chain(&sv.imms)
             .map(|m| m.memory_bytes() as u64)
             .sum();
-        let (block_cache_hits, block_cache_misses, block_cache_bytes, _) = self
+        let (block_cache_hits, block_cache_misses, block_cache_bytes) = self
             .piece_reads
             .cache
             .as_ref()
-            .map_or((0, 0, 0, 0), |c| c.usage());
+            .map_or((0, 0, 0), |c| c.usage());
         DbStats {
             writes: s.writes.load(Relaxed),
             user_bytes_written: user,

@@ -70,13 +70,12 @@ impl BlockCache {
         self.blocks.insert((piece, block), b);
     }
 
-    /// `(hits, misses, bytes in use, capacity)`.
-    pub fn usage(&self) -> (u64, u64, u64, u64) {
+    /// `(hits, misses, bytes in use)`.
+    pub fn usage(&self) -> (u64, u64, u64) {
         (
             self.hits.load(Relaxed),
             self.misses.load(Relaxed),
             self.blocks.weight(),
-            self.capacity,
         )
     }
 }

@@ -1,0 +1,226 @@
+//! The deltas flushes and compactions merge: memtables and TPHs read into
+//! sorted lists within a memory bound, merged newest first, split by
+//! partition, and merged into the TPHs of a level.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use super::jobs::{discard, Change};
+use super::Inner;
+use crate::error::Result;
+use crate::hash::{key_hash, partition_of};
+use crate::memtable::MemTable;
+use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph};
+use crate::version::Version;
+
+/// Memory an entry of a compaction's input costs beyond its key and value.
+const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
+
+/// Memory a merge of `t`'s live entries holds: keys and values, plus what
+/// each entry costs (in the inputs, the merged list and a partition's).
+pub(super) fn merge_memory(t: &Tph) -> u64 {
+    t.live_data_bytes() + t.live_count() * MERGE_BYTES_PER_ENTRY
+}
+
+/// The newest version of each key across `lists` (each sorted by key),
+/// where `lists[0]` is the newest: a k-way merge, so at most the lists and
+/// the output are in memory at once.
+pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
+    if lists.len() == 1 {
+        return lists.into_iter().next().expect("one list");
+    }
+    let total = lists.iter().map(Vec::len).sum();
+    let mut out: Vec<DeltaEntry> = Vec::with_capacity(total);
+    let mut iters: Vec<std::vec::IntoIter<DeltaEntry>> =
+        lists.into_iter().map(Vec::into_iter).collect();
+    // Min-heap of (key, list index) over the head of each list; equal keys
+    // pop newest list first.
+    let mut heads: Vec<Option<DeltaEntry>> = iters.iter_mut().map(Iterator::next).collect();
+    let mut heap: BinaryHeap<Reverse<(Bytes, usize)>> = heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key.clone(), i))))
+        .collect();
+    while let Some(Reverse((key, i))) = heap.pop() {
+        let e = heads[i].take().expect("a head per heap entry");
+        if let Some(next) = iters[i].next() {
+            heap.push(Reverse((next.key.clone(), i)));
+            heads[i] = Some(next);
+        }
+        if out.last().is_none_or(|last| last.key != key) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
+    mem.newest_versions()
+        .into_iter()
+        .map(|(key, v)| DeltaEntry {
+            h: key_hash(&key),
+            key,
+            value: v.value,
+            seq: v.seq,
+        })
+        .collect()
+}
+
+/// Splits a sorted delta by partition of a level with `partitions` TPHs,
+/// each part allocated at its exact size.
+pub(super) fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for e in &delta {
+        *counts.entry(partition_of(e.h, partitions)).or_default() += 1;
+    }
+    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = counts
+        .into_iter()
+        .map(|(p, n)| (p, Vec::with_capacity(n)))
+        .collect();
+    for e in delta {
+        parts
+            .get_mut(&partition_of(e.h, partitions))
+            .expect("counted")
+            .push(e);
+    }
+    parts
+}
+
+impl Inner {
+    /// Merges the live entries of `inputs` (newest first) into the TPHs of
+    /// `level` in `targets`. At most a job's share of
+    /// `compaction_memory_bytes` of input is held at once: past that, the
+    /// targets are merged in several passes over ranges of partitions, each
+    /// reading the inputs again and keeping only the entries that fall in
+    /// its range (an entry outside `targets` is never kept, and the count
+    /// check reports it).
+    pub(super) fn merge_tphs_into_level(
+        &self,
+        version: &Version,
+        inputs: &[Arc<Tph>],
+        level: u32,
+        targets: Range<u64>,
+        change: &mut Change,
+    ) -> Result<()> {
+        let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
+        let budget = self.job_memory();
+        let width = targets.end - targets.start;
+        let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
+        let partitions = version.partitions(level);
+        let mut found = vec![0u64; inputs.len()];
+        for pass in 0..passes {
+            let lo = targets.start + width * pass / passes;
+            let hi = targets.start + width * (pass + 1) / passes;
+            let keep = |h: u64| (lo..hi).contains(&partition_of(h, partitions));
+            let lists = inputs
+                .iter()
+                .zip(&mut found)
+                .map(|(t, n)| {
+                    let l = t.live_entries_where(keep)?;
+                    *n += l.len() as u64;
+                    Ok(l)
+                })
+                .collect::<Result<Vec<_>>>();
+            let lists = lists.inspect_err(|_| discard(change))?;
+            change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
+            self.merge_into_level(version, level, newest_first(lists), change)?;
+        }
+        for (t, &n) in inputs.iter().zip(&found) {
+            if n != t.live_count() {
+                discard(change);
+                return Err(t.live_count_mismatch(n));
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `delta` into the TPHs of `level` it touches, in parallel.
+    pub(super) fn merge_into_level(
+        &self,
+        version: &Version,
+        level: u32,
+        delta: Vec<DeltaEntry>,
+        change: &mut Change,
+    ) -> Result<()> {
+        let parts = split(delta, version.partitions(level));
+        let numbers: Vec<u64> = parts
+            .keys()
+            .map(|_| self.new_file_number())
+            .collect::<Result<_>>()?;
+        let bottom = level == version.depth;
+        let outcomes: Vec<Result<(u64, MergeOutcome)>> = parts
+            .into_iter()
+            .zip(numbers)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|((p, d), number)| {
+                let ctx = self.merge_context(level, p, bottom, number);
+                Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
+            })
+            .collect();
+        let mut first_error = None;
+        for o in outcomes {
+            match o {
+                Ok((p, o)) => change.add(level, p, o),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            None => Ok(()),
+            Some(e) => {
+                discard(change);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, seq: u64) -> DeltaEntry {
+        DeltaEntry {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            value: Some(Bytes::from(seq.to_string())),
+            seq,
+            h: key_hash(key.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn newest_first_keeps_the_newest_list_version_of_each_key() {
+        let newest = vec![entry("b", 30), entry("d", 31)];
+        let middle = vec![entry("a", 20), entry("b", 21), entry("c", 22)];
+        let oldest = vec![entry("a", 10), entry("d", 11), entry("e", 12)];
+        let got: Vec<(Bytes, u64)> = newest_first(vec![newest, middle, oldest])
+            .into_iter()
+            .map(|e| (e.key, e.seq))
+            .collect();
+        let want: Vec<(Bytes, u64)> = [("a", 20), ("b", 30), ("c", 22), ("d", 31), ("e", 12)]
+            .iter()
+            .map(|&(k, s)| (Bytes::from(k), s))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn split_keeps_key_order_within_each_partition() {
+        let delta: Vec<DeltaEntry> = (0..200u64).map(|i| entry(&format!("{i:04}"), i)).collect();
+        let parts = split(delta, 8);
+        let total: usize = parts.values().map(Vec::len).sum();
+        assert_eq!(total, 200);
+        for (&p, part) in &parts {
+            assert!(part.iter().all(|e| partition_of(e.h, 8) == p));
+            assert!(part.windows(2).all(|w| w[0].key < w[1].key));
+            assert_eq!(part.len(), part.capacity());
+        }
+    }
+}
