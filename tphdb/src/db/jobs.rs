@@ -423,7 +423,11 @@ impl Inner {
             return;
         };
         if let Err(e) = vs.log_and_apply(VersionEdit::default(), &HashMap::new()) {
-            self.poison(st, &e);
+            // Out of space, as for a job: nothing changed, and the next
+            // edit will try again. Anything else is fatal.
+            if !e.is_no_space() {
+                self.poison(st, &e);
+            }
             return;
         }
         self.carry_out(std::mem::take(&mut st.deferred));
