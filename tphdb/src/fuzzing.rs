@@ -56,7 +56,6 @@ pub fn write_log(records: &[Vec<u8>]) -> Result<Vec<u8>> {
     for r in records {
         w.add_record(r)?;
     }
-    w.flush()?;
     Ok(crate::fs::read_all(&fs, path)?.to_vec())
 }
 

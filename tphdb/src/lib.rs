@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod compaction;
 mod cursor;
 mod db;
 mod error;

@@ -92,26 +92,45 @@ fn apply(state: &mut State, op: &Op) {
     }
 }
 
-/// What a run did: operations attempted (the last may have failed), and how
-/// many from the start must survive a crash (the synced ones) and a clean
-/// reopen (all acknowledged ones).
+/// What a run did. `done` lists the operations the database acknowledged,
+/// in order, followed by at most one whose outcome is unknown: it failed,
+/// and writes stopped after it. A recovered state must be the state after
+/// a prefix of `done`: at least `must_survive_crash` long after a power
+/// loss, at least `acknowledged` long after a process crash or a reopen.
 struct Run {
-    attempted: usize,
+    done: Vec<Op>,
+    acknowledged: usize,
     must_survive_crash: usize,
-    must_survive_reopen: usize,
+    /// Writes acknowledged after one failed for lack of space.
+    written_after_no_space: usize,
+    /// Images taken while the database was still open.
+    power_loss: Option<FaultFs>,
+    process_crash: Option<FaultFs>,
 }
 
-fn run(fs: &FaultFs, ops: &[(Op, bool)]) -> Run {
+/// Runs `ops`. A write that fails for lack of space must leave nothing
+/// behind (unless writes stopped after it, which the next operation
+/// shows), and the run goes on: after `space_back_after` such failures the
+/// faults are cleared, as if space were freed. Any other failure ends the
+/// run. At the end the file system is imaged as a power loss (with `seed`)
+/// and as a process crash would leave it.
+fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> Run {
     let mut r = Run {
-        attempted: 0,
+        done: Vec::new(),
+        acknowledged: 0,
         must_survive_crash: 0,
-        must_survive_reopen: 0,
+        written_after_no_space: 0,
+        power_loss: None,
+        process_crash: None,
     };
     let Ok(db) = DB::open(&options(fs), DIR) else {
+        r.power_loss = Some(fs.crash(seed));
+        r.process_crash = Some(fs.snapshot());
         return r;
     };
-    for (i, (op, sync)) in ops.iter().enumerate() {
-        r.attempted = i + 1;
+    let mut unknown: Option<Op> = None;
+    let mut no_space_failures = 0;
+    for (op, sync) in ops {
         let wo = WriteOptions {
             sync: *sync,
             ..WriteOptions::default()
@@ -131,15 +150,40 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)]) -> Run {
             }
             Op::Flush => db.flush(),
         };
-        if result.is_err() {
-            break;
-        }
-        r.must_survive_reopen = i + 1;
-        // A synced write also makes every earlier write durable.
-        if *sync || matches!(op, Op::Flush) {
-            r.must_survive_crash = i + 1;
+        let is_write = !matches!(op, Op::Flush);
+        match result {
+            Ok(()) => {
+                // An operation ran after the failed one: writes did not stop
+                // there, so it left nothing.
+                unknown = None;
+                if no_space_failures > 0 && is_write {
+                    r.written_after_no_space += 1;
+                }
+                r.done.push(op.clone());
+                r.acknowledged = r.done.len();
+                // A synced write also makes every earlier write durable.
+                if *sync || !is_write {
+                    r.must_survive_crash = r.done.len();
+                }
+            }
+            Err(e) if e.is_no_space() => {
+                unknown = is_write.then(|| op.clone());
+                no_space_failures += 1;
+                if no_space_failures == space_back_after {
+                    fs.clear_faults();
+                }
+            }
+            // Writes stopped earlier: this one was not even tried.
+            Err(tphdb::Error::ReadOnly(_)) => break,
+            Err(_) => {
+                unknown = is_write.then(|| op.clone());
+                break;
+            }
         }
     }
+    r.done.extend(unknown);
+    r.power_loss = Some(fs.crash(seed));
+    r.process_crash = Some(fs.snapshot());
     drop(db);
     r
 }
@@ -151,12 +195,12 @@ fn read_all(db: &DB) -> tphdb::Result<State> {
 }
 
 /// Reopens `fs` and checks that the state is the one after some prefix of
-/// `ops` of length in `min..=max`. Returns that length.
-fn verify(fs: &FaultFs, ops: &[(Op, bool)], min: usize, max: usize, what: &str) -> usize {
+/// `ops` at least `min` long. Returns that length.
+fn verify(fs: &FaultFs, ops: &[Op], min: usize, what: &str) -> usize {
     let db = DB::open(&options(fs), DIR).unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
     let got = read_all(&db).unwrap_or_else(|e| panic!("{what}: scan failed: {e}"));
     let mut model = State::new();
-    for (op, _) in &ops[..min] {
+    for op in &ops[..min] {
         apply(&mut model, op);
     }
     let mut p = min;
@@ -165,11 +209,12 @@ fn verify(fs: &FaultFs, ops: &[(Op, bool)], min: usize, max: usize, what: &str) 
             break;
         }
         assert!(
-            p < max,
-            "{what}: state is no prefix of {min}..={max} operations ({} keys)",
+            p < ops.len(),
+            "{what}: state is no prefix of {min}..={} operations ({} keys)",
+            ops.len(),
             got.len()
         );
-        apply(&mut model, &ops[p].0);
+        apply(&mut model, &ops[p]);
         p += 1;
     }
     // Point reads agree with the scan, and the database accepts writes.
@@ -181,7 +226,27 @@ fn verify(fs: &FaultFs, ops: &[(Op, bool)], min: usize, max: usize, what: &str) 
     p
 }
 
-const ALL: [OpKind; 7] = [
+/// Checks both crash images of a run, then a clean reopen of `fs`.
+fn verify_run(fs: &FaultFs, r: Run, what: &str) {
+    let power_loss = r.power_loss.expect("imaged");
+    verify(
+        &power_loss,
+        &r.done,
+        r.must_survive_crash,
+        &format!("{what}, then power loss"),
+    );
+    let process_crash = r.process_crash.expect("imaged");
+    verify(
+        &process_crash,
+        &r.done,
+        r.acknowledged,
+        &format!("{what}, then process crash"),
+    );
+    fs.clear_faults();
+    verify(fs, &r.done, r.acknowledged, &format!("{what}, then reopen"));
+}
+
+const ALL: [OpKind; 8] = [
     OpKind::Write,
     OpKind::Sync,
     OpKind::Rename,
@@ -189,17 +254,21 @@ const ALL: [OpKind; 7] = [
     OpKind::Open,
     OpKind::Create,
     OpKind::Remove,
+    OpKind::Truncate,
 ];
 
-/// Fails operation N (once or from then on, as an I/O error or as a full
-/// disk) for every N of a run, then crashes and also reopens cleanly.
+/// Fails operation N for every N of a run: once or from then on, as an I/O
+/// error or as a full disk, with failing appends writing nothing or half
+/// their bytes. A full disk frees up again (at once, or after a few failed
+/// operations) and the run writes on. Then both kinds of crash, and a
+/// clean reopen.
 #[test]
 fn sweep_failing_each_operation_in_turn() {
     let ops = workload(1);
     let total = {
         let fs = FaultFs::new();
-        let r = run(&fs, &ops);
-        assert_eq!(r.must_survive_reopen, ops.len());
+        let r = run(&fs, &ops, 0, 0);
+        assert_eq!(r.acknowledged, ops.len());
         fs.op_count()
     };
     assert!(
@@ -217,25 +286,63 @@ fn sweep_failing_each_operation_in_turn() {
         } else {
             io::ErrorKind::Other
         };
-        fs.fail_nth(&ALL, n, n % 2 == 0, kind);
-        let r = run(&fs, &ops);
-        let image = fs.crash(n);
-        verify(
-            &image,
-            &ops,
-            r.must_survive_crash,
-            r.attempted,
-            &format!("fail op {n}, then crash"),
-        );
-        fs.clear_faults();
-        verify(
+        let persistent = n % 2 == 0;
+        fs.fail_nth(&ALL, n, persistent, kind);
+        fs.set_torn_appends(n % 5 < 2);
+        // A full disk that stays full frees up after a few failures.
+        let space_back_after = if persistent {
+            1 + (n / 6 % 3) as usize
+        } else {
+            1
+        };
+        let r = run(&fs, &ops, space_back_after, n);
+        verify_run(
             &fs,
-            &ops,
-            r.must_survive_reopen,
-            r.attempted,
-            &format!("fail op {n}, then reopen"),
+            r,
+            &format!("fail op {n} ({kind:?}, persistent {persistent})"),
         );
     }
+}
+
+/// A disk that fills up at the N-th append of a run, for every N: one to
+/// three appends (the WAL's, a flush's, the MANIFEST's: whoever comes) fail
+/// for lack of space, writing nothing or half their bytes, then space is
+/// freed and the run writes on. Then both kinds of crash, and a clean
+/// reopen.
+#[test]
+fn sweep_filling_the_disk_at_each_append() {
+    let ops = workload(3);
+    let appends = {
+        let fs = FaultFs::new();
+        fs.fail_nth(&[OpKind::Write], u64::MAX, false, io::ErrorKind::Other);
+        run(&fs, &ops, 0, 0);
+        fs.matched_count()
+    };
+    assert!(appends > 300, "{appends} appends");
+    eprintln!("{appends} appends");
+    let step = std::env::var("TPHDB_SWEEP_STEP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mut went_on = 0;
+    for n in (0..appends).step_by(step) {
+        let fs = FaultFs::new();
+        fs.fail_n_from(
+            &[OpKind::Write],
+            n,
+            1 + n / 2 % 3,
+            io::ErrorKind::StorageFull,
+        );
+        fs.set_torn_appends(n % 2 == 0);
+        let r = run(&fs, &ops, usize::MAX, n);
+        went_on += (r.written_after_no_space > 0) as usize;
+        verify_run(&fs, r, &format!("disk full at append {n}"));
+    }
+    let runs = appends.div_ceil(step as u64) as usize;
+    assert!(
+        went_on * 2 > runs,
+        "only {went_on} of {runs} runs wrote on after running out of space"
+    );
 }
 
 /// Crashes at each sync of a run in turn, with random fates for the writes
@@ -245,23 +352,22 @@ fn sweep_crashing_at_each_sync() {
     let ops = workload(2);
     let syncs = {
         let fs = FaultFs::new();
-        run(&fs, &ops);
+        run(&fs, &ops, 0, 0);
         fs.sync_count()
     };
     assert!(syncs > 50, "{syncs} syncs");
     for n in 0..syncs {
         let fs = FaultFs::new();
         fs.crash_at_sync(n, n);
-        let r = run(&fs, &ops);
+        let r = run(&fs, &ops, 0, n);
         let Some(image) = fs.crash_image() else {
             // Background timing moved the sync past the end of the run.
             continue;
         };
         verify(
             &image,
-            &ops,
+            &r.done,
             r.must_survive_crash,
-            r.attempted,
             &format!("crash at sync {n}"),
         );
     }

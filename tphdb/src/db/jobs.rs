@@ -1,19 +1,21 @@
-//! Background jobs: flushes and compactions, and their scheduling.
+//! Background jobs: flushes and compactions, their scheduling and their
+//! retries.
 //!
-//! Compactions run on a fixed-size thread pool, flushes on a thread of
-//! their own (see `docs/design.md`). A job owns the TPHs it rewrites
-//! (marked busy): a flush in one-level mode and a level-0 compaction own all
-//! of level 1; pushing TPH `(i, p)` down owns it and its `fanout` children.
-//! Jobs on disjoint subtrees run in parallel, and within a job the merges
-//! into different children run in parallel too.
+//! What runs next is [`crate::compaction::pick`]'s choice. Compactions run on
+//! a fixed-size thread pool, flushes on a thread of their own (see
+//! `docs/design.md`). Jobs on disjoint subtrees run in parallel, and within
+//! a job the merges into different children run in parallel too. A job that
+//! runs out of space installs nothing and is retried after a backoff, woken
+//! by the housekeeping thread.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::delta::{memtable_delta, merge_memory, newest_first};
 use super::{Inner, State};
+use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
 use crate::filename::{parse, path, wal_name, FileKind};
 use crate::memtable::MemTable;
@@ -27,11 +29,29 @@ pub(crate) enum Job {
     Flush(Vec<Arc<MemTable>>),
     /// Merge these level-0 TPHs into level 1.
     L0ToL1(Vec<u64>),
-    /// Move TPH `(level, partition)` into its children.
-    PushDown(u32, u64),
+    /// Move a TPH into its children.
+    PushDown(TphId),
     /// Fold every piece of a bottom TPH into one (manual compaction).
-    Gc(u32, u64),
+    Gc(TphId),
 }
+
+impl Job {
+    /// What the job owns while it runs, as the picker chose it; none for a
+    /// manual one.
+    fn work(&self) -> Option<Work> {
+        match self {
+            Job::Flush(_) => Some(Work::Flush),
+            Job::L0ToL1(heads) => Some(Work::L0ToL1(heads.clone())),
+            Job::PushDown(id) => Some(Work::PushDown(*id)),
+            Job::Gc(_) => None,
+        }
+    }
+}
+
+/// The first retry after a job ran out of space; each failure in a row
+/// doubles it, up to [`MAX_RETRY_DELAY`].
+pub(super) const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
+pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// What a job changes, before it is applied.
 #[derive(Default)]
@@ -99,9 +119,13 @@ impl Inner {
             return;
         }
         if let Err(e) = self.maybe_deepen(st) {
-            self.poison(st, &e);
+            self.edit_failed(st, &e);
             return;
         }
+        if st.space.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        st.space.retry_at = None;
         while let Some(job) = self.pick(st) {
             st.running_jobs += 1;
             let inner = self.clone();
@@ -113,96 +137,50 @@ impl Inner {
         }
     }
 
-    /// Whether some job owns a TPH of level 1 (a one-level flush owns all of
-    /// it, marked as partition `u64::MAX`).
-    fn level1_busy(st: &State) -> bool {
-        st.l0_compacting || st.busy.iter().any(|k| k.0 == 1)
+    /// The shape of the current version, as the picker sees it.
+    fn shape(&self, st: &State) -> Shape {
+        Shape::of(st.current(), merge_memory)
     }
 
+    /// Whether a job is waiting to run, backoff or not.
+    pub(crate) fn work_due(&self, st: &State) -> bool {
+        compaction::pick(&self.shape(st), st.imms.len(), &st.running, &self.policy).is_some()
+    }
+
+    /// The next job, marked as running.
     fn pick(&self, st: &mut State) -> Option<Job> {
-        if st.retry_after.is_some_and(|t| Instant::now() < t) {
-            return None;
-        }
-        let opts = &self.opts;
-        let v = st.current().clone();
-        let flush_blocked = opts.one_level && Self::level1_busy(st);
-        if !st.flushing && !st.imms.is_empty() && !flush_blocked {
-            st.flushing = true;
-            if opts.one_level {
-                st.busy.insert((1, u64::MAX));
-            }
-            return Some(Job::Flush(st.imms.iter().cloned().collect()));
-        }
-        if !opts.one_level && v.l0.len() >= opts.l0_compaction_trigger && !Self::level1_busy(st) {
-            // The oldest level-0 TPHs whose merge fits the compaction
-            // memory (at least one): newer ones stay above level 1, which
-            // keeps reads right, and a merge in one pass reads its inputs
-            // once. Taking all of a level 0 that fell behind took many
-            // passes over it, each slower than the flushes piling up.
-            st.l0_compacting = true;
-            let budget = self.job_memory();
-            let (mut oldest, mut used) = (Vec::new(), 0);
-            for t in v.l0.iter().rev() {
-                used += merge_memory(t);
-                if used > budget && !oldest.is_empty() {
-                    break;
-                }
-                oldest.push(t.head_number());
-            }
-            return Some(Job::L0ToL1(oldest));
-        }
-        for level in 1..v.depth {
-            if level == 1 && (st.l0_compacting || st.busy.contains(&(1, u64::MAX))) {
-                continue;
-            }
-            let f = v.layout.fanout;
-            for (&p, tph) in &v.levels[level as usize - 1] {
-                let children = (p * f..p * f + f).map(|c| (level + 1, c));
-                if tph.live_data_bytes() > opts.tph_target_bytes
-                    && !st.busy.contains(&(level, p))
-                    && children.clone().all(|c| !st.busy.contains(&c))
-                {
-                    st.busy.insert((level, p));
-                    st.busy.extend(children);
-                    return Some(Job::PushDown(level, p));
-                }
-            }
-        }
-        None
+        let shape = self.shape(st);
+        let work = compaction::pick(&shape, st.imms.len(), &st.running, &self.policy)?;
+        st.running.start(&work, &shape, &self.policy);
+        Some(match work {
+            Work::Flush => Job::Flush(st.imms.iter().cloned().collect()),
+            Work::L0ToL1(heads) => Job::L0ToL1(heads),
+            Work::PushDown(id) => Job::PushDown(id),
+        })
     }
 
-    /// Opens a level below the bottom once the bottom's TPHs average
-    /// `fanout` times the target size.
+    /// Opens a level below the bottom when the policy says so.
     fn maybe_deepen(&self, st: &mut State) -> Result<()> {
-        let opts = &self.opts;
-        let Some(vs) = st.versions.as_mut() else {
-            return Ok(());
-        };
-        let v = vs.current.clone();
-        if opts.one_level
-            || v.depth >= opts.max_levels
-            || !crate::version::partitions_fit(v.layout.fanout, v.depth + 1)
-        {
+        if st.versions.is_none() || !compaction::should_deepen(&self.shape(st), &self.policy) {
             return Ok(());
         }
-        let bottom: u64 = v.levels[v.depth as usize - 1]
-            .values()
-            .map(|t| t.live_data_bytes())
-            .sum();
-        let limit = v
-            .partitions(v.depth)
-            .saturating_mul(opts.tph_target_bytes)
-            .saturating_mul(v.layout.fanout);
-        if bottom <= limit {
-            return Ok(());
-        }
+        let vs = st.versions.as_mut().expect("checked above");
         let edit = VersionEdit {
-            depth: Some(v.depth + 1),
+            depth: Some(vs.current.depth + 1),
             ..VersionEdit::default()
         };
         vs.log_and_apply(edit, &HashMap::new())?;
         self.install_super_version(st);
         Ok(())
+    }
+
+    /// After a failed MANIFEST edit: a full disk that left the MANIFEST as
+    /// it was is retried later; anything else stops writes.
+    fn edit_failed(&self, st: &mut State, e: &Error) {
+        let clean = st.versions.as_ref().is_some_and(|v| v.accepts_edits());
+        if !(e.is_no_space() && clean) {
+            self.poison(st, e);
+        }
     }
 
     fn run_job(self: Arc<Self>, job: Job) {
@@ -211,28 +189,13 @@ impl Inner {
         let mut st = self.state.lock();
         match &result {
             // Out of space: nothing was installed; retry once space may be back.
-            Err(e) if e.is_no_space() => {
-                st.no_space = Some(e.to_string());
-                st.no_space_failures += 1;
-                st.retry_after = Some(Instant::now() + std::time::Duration::from_millis(200));
-            }
+            Err(e) if e.is_no_space() => st.space.failed(e),
             Err(e) => self.poison(&mut st, e),
-            Ok(()) => st.retry_after = None,
+            Ok(()) => st.space.succeeded(),
         }
-        match &job {
-            Job::Flush(_) => {
-                st.flushing = false;
-                st.busy.remove(&(1, u64::MAX));
-            }
-            Job::L0ToL1(_) => st.l0_compacting = false,
-            Job::PushDown(level, p) => {
-                let f = self.opts.fanout as u64;
-                st.busy.remove(&(*level, *p));
-                for c in p * f..p * f + f {
-                    st.busy.remove(&(level + 1, c));
-                }
-            }
-            Job::Gc(..) => {}
+        if let Some(work) = job.work() {
+            let fanout = st.current().layout.fanout;
+            st.running.finish(&work, fanout, &self.policy);
         }
         let micros = start.elapsed().as_micros() as u64;
         match &job {
@@ -287,23 +250,25 @@ impl Inner {
                     change.retire(t);
                 }
             }
-            Job::PushDown(level, p) => {
-                let tph = version.tph(*level, *p).cloned().ok_or_else(|| {
+            Job::PushDown(id) => {
+                let (level, p) = (id.level, id.partition);
+                let tph = version.tph(level, p).cloned().ok_or_else(|| {
                     Error::InvalidArgument(format!("no TPH at level {level} partition {p}"))
                 })?;
                 let fanout = version.layout.fanout;
                 let children = p * fanout..(p + 1) * fanout;
                 let inputs = [tph];
                 self.merge_tphs_into_level(&version, &inputs, level + 1, children, &mut change)?;
-                change.edit.remove.push((*level, *p));
+                change.edit.remove.push((level, p));
                 change.retire(&inputs[0]);
             }
-            Job::Gc(level, p) => {
-                if let Some(base) = version.tph(*level, *p) {
+            Job::Gc(id) => {
+                let (level, p) = (id.level, id.partition);
+                if let Some(base) = version.tph(level, p) {
                     let number = self.new_file_number()?;
-                    let mut ctx = self.merge_context(*level, *p, *level == version.depth, number);
+                    let mut ctx = self.merge_context(level, p, level == version.depth, number);
                     ctx.max_pieces = 1;
-                    change.add(*level, *p, merge(&ctx, Some(base), Vec::new())?);
+                    change.add(level, p, merge(&ctx, Some(base), Vec::new())?);
                 }
             }
         }
@@ -312,11 +277,9 @@ impl Inner {
         self.apply(change, flushed)
     }
 
-    /// The memory one compaction may hold: an equal share of
-    /// `compaction_memory_bytes` per background thread, as that many run
-    /// at once.
+    /// The memory one compaction may hold.
     pub(super) fn job_memory(&self) -> u64 {
-        (self.opts.compaction_memory_bytes / self.opts.background_threads.max(1)).max(1) as u64
+        self.policy.job_memory_bytes
     }
 
     pub(super) fn new_file_number(&self) -> Result<u64> {
@@ -386,7 +349,11 @@ impl Inner {
             .as_mut()
             .expect("jobs run only on writable databases");
         if let Err(e) = vs.log_and_apply(edit, &change.new_tphs) {
-            self.poison(&mut st, &e);
+            if vs.accepts_edits() {
+                // The MANIFEST is as it was: the new files are garbage.
+                discard(&change);
+            }
+            self.edit_failed(&mut st, &e);
             return Err(e);
         }
         let log_number = vs.log_number;
@@ -402,7 +369,6 @@ impl Inner {
             st.imms
                 .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
         }
-        st.no_space = None;
         self.install_super_version(&st);
         Ok(())
     }
@@ -424,10 +390,8 @@ impl Inner {
         };
         if let Err(e) = vs.log_and_apply(VersionEdit::default(), &HashMap::new()) {
             // Out of space, as for a job: nothing changed, and the next
-            // edit will try again. Anything else is fatal.
-            if !e.is_no_space() {
-                self.poison(st, &e);
-            }
+            // edit will try again.
+            self.edit_failed(st, &e);
             return;
         }
         self.carry_out(std::mem::take(&mut st.deferred));
@@ -457,7 +421,9 @@ impl Inner {
         }
     }
 
-    /// Waits until nothing is running and nothing is due.
+    /// Waits until nothing is running and nothing is due: a job waiting
+    /// for its retry after running out of space is due, and a waiter fails
+    /// once a retry that started after it began waiting failed too.
     pub(crate) fn wait_idle(self: &Arc<Self>) -> Result<()> {
         let mut st = self.state.lock();
         let mut space = super::SpaceWait::default();
@@ -470,11 +436,10 @@ impl Inner {
             }
             space.check(&st)?;
             self.maybe_schedule(&mut st);
-            if st.running_jobs == 0 {
+            if st.running_jobs == 0 && !self.work_due(&st) {
                 return Ok(());
             }
-            self.bg_cv
-                .wait_for(&mut st, std::time::Duration::from_millis(100));
+            self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
         }
     }
 
@@ -490,7 +455,7 @@ impl Inner {
                 self.bg_cv.wait(&mut st);
             }
         }
-        let result = (|| {
+        let result = (|| -> Result<()> {
             let v = self.state.lock().current().clone();
             if !v.l0.is_empty() {
                 self.execute(&Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()))?;
@@ -503,18 +468,24 @@ impl Inner {
             };
             let depth = self.state.lock().current().depth;
             for level in 1..depth {
-                for p in partitions(level) {
-                    self.execute(&Job::PushDown(level, p))?;
+                for partition in partitions(level) {
+                    self.execute(&Job::PushDown(TphId { level, partition }))?;
                 }
             }
-            for p in partitions(depth) {
-                self.execute(&Job::Gc(depth, p))?;
+            for partition in partitions(depth) {
+                self.execute(&Job::Gc(TphId {
+                    level: depth,
+                    partition,
+                }))?;
             }
             Ok(())
         })();
         let mut st = self.state.lock();
-        if let Err(e) = &result {
-            self.poison(&mut st, e);
+        // A full disk is not fatal: each step installs nothing or all of
+        // its work (a failed edit decides for itself).
+        match &result {
+            Err(e) if !e.is_no_space() => self.poison(&mut st, e),
+            _ => {}
         }
         st.manual = false;
         self.maybe_schedule(&mut st);

@@ -17,7 +17,7 @@ mod repair;
 mod stats;
 mod write;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,25 +58,50 @@ pub(crate) struct State {
     pub(crate) versions: Option<VersionSet>,
     /// The version of a read-only database.
     pub(crate) fixed_version: Option<Arc<Version>>,
-    /// `(level, partition)` of TPHs a job is rewriting.
-    pub(crate) busy: HashSet<(u32, u64)>,
-    pub(crate) flushing: bool,
-    pub(crate) l0_compacting: bool,
+    /// What the running jobs own.
+    pub(crate) running: crate::compaction::Running,
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
     pub(crate) manual: bool,
     /// Once set, writes fail with [`Error::ReadOnly`].
     pub(crate) bg_error: Option<String>,
-    /// The last job ran out of space; jobs retry after `retry_after`, and
-    /// writers that would wait for them fail instead.
-    pub(crate) no_space: Option<String>,
-    pub(crate) retry_after: Option<std::time::Instant>,
-    /// Jobs that failed for lack of space so far.
-    pub(crate) no_space_failures: u64,
+    /// Jobs failing for lack of space, and when they retry.
+    pub(crate) space: OutOfSpace,
     /// Files the last applied edit made obsolete. They are deleted once the
     /// next edit is durable: a crash can tear only the last MANIFEST record,
     /// and then the version before it must still have all its files.
     pub(crate) deferred: Deferred,
+}
+
+/// Jobs failing for lack of space: they retry after a backoff that
+/// doubles with each failure in a row.
+#[derive(Debug, Default)]
+pub(crate) struct OutOfSpace {
+    /// The last failure, while jobs keep failing.
+    pub(crate) error: Option<String>,
+    /// No job starts before this; the housekeeping thread wakes then.
+    pub(crate) retry_at: Option<std::time::Instant>,
+    in_a_row: u32,
+    /// Failures so far.
+    pub(crate) failures: u64,
+}
+
+impl OutOfSpace {
+    pub(crate) fn failed(&mut self, e: &Error) {
+        self.error = Some(e.to_string());
+        self.failures += 1;
+        let delay = jobs::FIRST_RETRY_DELAY
+            .saturating_mul(1 << self.in_a_row.min(16))
+            .min(jobs::MAX_RETRY_DELAY);
+        self.in_a_row += 1;
+        self.retry_at = Some(std::time::Instant::now() + delay);
+    }
+
+    pub(crate) fn succeeded(&mut self) {
+        self.error = None;
+        self.in_a_row = 0;
+        self.retry_at = None;
+    }
 }
 
 /// A caller waiting for background work that may be out of space: it waits
@@ -89,18 +114,18 @@ pub(crate) struct SpaceWait {
 
 impl SpaceWait {
     pub(crate) fn check(&mut self, st: &State) -> Result<()> {
-        let Some(e) = &st.no_space else {
+        let Some(e) = &st.space.error else {
             self.failures_seen = None;
             return Ok(());
         };
         match self.failures_seen {
-            Some(seen) if st.no_space_failures > seen => Err(Error::io(
+            Some(seen) if st.space.failures > seen => Err(Error::io(
                 format!("waiting for a flush or compaction that ran out of space: {e}"),
                 std::io::Error::from(std::io::ErrorKind::StorageFull),
             )),
             Some(_) => Ok(()),
             None => {
-                self.failures_seen = Some(st.no_space_failures);
+                self.failures_seen = Some(st.space.failures);
                 Ok(())
             }
         }
@@ -138,6 +163,8 @@ pub(crate) struct Inner {
     pub(crate) fs: Arc<dyn FileSystem>,
     pub(crate) io: Arc<IoCounts>,
     pub(crate) opts: Options,
+    /// What to compact when, from `opts`.
+    pub(crate) policy: crate::compaction::Policy,
     pub(crate) piece_options: crate::piece::PieceOptions,
     pub(crate) piece_reads: crate::tph::PieceReads,
     pub(crate) read_only: bool,
@@ -162,7 +189,8 @@ pub(crate) struct Inner {
     /// block on the device (with mmap, pages are mostly in memory).
     pub(crate) io_pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) shutting_down: AtomicBool,
-    sync_thread: Mutex<Option<JoinHandle<()>>>,
+    /// Syncs the WAL on an interval and wakes retries; writable only.
+    housekeeper: Mutex<Option<JoinHandle<()>>>,
     /// Held through a manual compaction: two at once would merge the same
     /// TPHs from the same version, and the second result would drop the
     /// first's writes.
@@ -212,13 +240,16 @@ impl Inner {
             }
         }
         self.bg_cv.notify_all();
-        if let Some(t) = self.sync_thread.lock().take() {
+        if let Some(t) = self.housekeeper.lock().take() {
             let _ = t.join();
         }
-        let result = if self.read_only || self.state.lock().bg_error.is_some() {
-            Ok(())
-        } else {
-            self.wal.lock().sync()
+        let bg_error = self.state.lock().bg_error.clone();
+        let result = match bg_error {
+            // Writes stopped after an error: say so, as the last chance the
+            // caller has to hear it.
+            Some(e) => Err(Error::ReadOnly(e)),
+            None if self.read_only => Ok(()),
+            None => self.wal.lock().sync(),
         };
         self.lock.lock().take();
         result
@@ -433,7 +464,8 @@ impl DB {
 
     /// A named property: `tphdb.stats` (a report), `tphdb.levelstats`,
     /// `tphdb.num-files-at-level<N>`, `tphdb.estimate-num-keys`,
-    /// `tphdb.index-memory-bytes`, `tphdb.cur-size-all-mem-tables`.
+    /// `tphdb.index-memory-bytes`, `tphdb.cur-size-all-mem-tables`,
+    /// `tphdb.num-immutable-mem-table`.
     pub fn property_value(&self, name: &str) -> Result<Option<String>> {
         Ok(self.inner.property(name))
     }

@@ -173,7 +173,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             number: 0,
             mem: mem.clone(),
             last_seq,
-            broken: false,
         };
         (mem, VecDeque::new(), None, Some(Arc::new(version)), wal)
     } else {
@@ -201,7 +200,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             number,
             mem: mem.clone(),
             last_seq,
-            broken: false,
         };
         (mem, imms, Some(vs), None, wal)
     };
@@ -242,15 +240,11 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         imms,
         versions,
         fixed_version,
-        busy: Default::default(),
-        flushing: false,
-        l0_compacting: false,
+        running: Default::default(),
         running_jobs: 0,
         manual: false,
         bg_error: None,
-        no_space: None,
-        retry_after: None,
-        no_space_failures: 0,
+        space: Default::default(),
         deferred: Default::default(),
     };
     let sv = SuperVersion {
@@ -275,6 +269,15 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         dir: dir.to_path_buf(),
         fs,
         io,
+        policy: crate::compaction::Policy {
+            one_level: opts.one_level,
+            l0_compaction_trigger: opts.l0_compaction_trigger,
+            tph_target_bytes: opts.tph_target_bytes,
+            max_levels: opts.max_levels,
+            // An equal share per background thread, as that many run at once.
+            job_memory_bytes: (opts.compaction_memory_bytes / opts.background_threads.max(1)).max(1)
+                as u64,
+        },
         opts: opts.clone(),
         piece_options,
         piece_reads,
@@ -291,23 +294,37 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         flush_pool,
         io_pool,
         shutting_down: AtomicBool::new(false),
-        sync_thread: Mutex::new(None),
+        housekeeper: Mutex::new(None),
         manual_compaction: Mutex::new(()),
     });
-    if let (false, SyncPolicy::IntervalMs(ms)) = (read_only, opts.sync_policy) {
-        let i = inner.clone();
-        let handle = std::thread::Builder::new()
-            .name("tphdb-wal-sync".into())
-            .spawn(move || i.sync_loop(Duration::from_millis(ms.max(1))))
-            .map_err(|e| Error::io("starting the WAL sync thread", e))?;
-        *inner.sync_thread.lock() = Some(handle);
-    }
     if !read_only {
-        retire_replayed_wals(&inner)?;
-        let mut st = inner.state.lock();
-        inner.maybe_schedule(&mut st);
+        // A failed start must not leave threads holding the database (and
+        // its LOCK): later opens in this process would find it busy.
+        if let Err(e) = start_writing(&inner) {
+            let _ = inner.shutdown();
+            return Err(e);
+        }
     }
     Ok(inner)
+}
+
+/// Starts the housekeeping thread, writes what the old WALs held to a
+/// piece and starts the jobs that are due.
+fn start_writing(inner: &Arc<Inner>) -> Result<()> {
+    let sync_interval = match inner.opts.sync_policy {
+        SyncPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms.max(1))),
+        _ => None,
+    };
+    let i = inner.clone();
+    let handle = std::thread::Builder::new()
+        .name("tphdb-housekeeping".into())
+        .spawn(move || i.housekeeping_loop(sync_interval))
+        .map_err(|e| Error::io("starting the housekeeping thread", e))?;
+    *inner.housekeeper.lock() = Some(handle);
+    retire_replayed_wals(inner)?;
+    let mut st = inner.state.lock();
+    inner.maybe_schedule(&mut st);
+    Ok(())
 }
 
 /// Deletes files no version needs: pieces not referenced, WALs already

@@ -119,6 +119,8 @@ pub struct DbStats {
     pub index_bytes_per_key: f64,
     /// Bytes held by memtables.
     pub memtable_bytes: u64,
+    /// Frozen memtables waiting to be flushed.
+    pub immutable_memtables: u64,
     /// Per level, from level 0.
     pub levels: Vec<LevelStats>,
     /// Memtable flushes.
@@ -234,6 +236,7 @@ impl Inner {
             index_local_bytes: local,
             index_bytes_per_key: ratio(global + local, stored),
             memtable_bytes,
+            immutable_memtables: sv.imms.len() as u64,
             levels,
             flushes: s.flushes.load(Relaxed),
             flush_micros: s.flush_micros.load(Relaxed),
@@ -267,6 +270,7 @@ impl Inner {
             ),
             "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
             "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),
+            "tphdb.num-immutable-mem-table" => Some(stats.immutable_memtables.to_string()),
             _ => {
                 let level: usize = name
                     .strip_prefix("tphdb.num-files-at-level")?

@@ -31,9 +31,6 @@ pub(crate) struct WalWriter {
     pub(crate) mem: Arc<MemTable>,
     /// Last sequence number assigned.
     pub(crate) last_seq: u64,
-    /// An append failed for lack of space: the log may end in a partial
-    /// record, so the next write starts a new one.
-    pub(crate) broken: bool,
 }
 
 impl WalWriter {
@@ -139,10 +136,12 @@ impl Inner {
             let log = wal.log.as_mut().expect("a writable database has a WAL");
             let record = batch.encode_with_seq(seq);
             let len = record.len() as u64;
-            if let Err(e) = log.add_record(record).and_then(|()| log.flush()) {
-                if e.is_no_space() {
-                    wal.broken = true;
-                } else {
+            if let Err(e) = log.add_record(record) {
+                // Out of space with the partial record cut off, the WAL ends
+                // in the last acknowledged write as before: writing goes on
+                // in it once there is space. Anything else leaves its end
+                // unknown.
+                if !(e.is_no_space() && log.ends_cleanly()) {
                     let mut st = self.state.lock();
                     self.poison(&mut st, &e);
                 }
@@ -223,7 +222,7 @@ impl Inner {
             }
             let full = wal.mem.memory_bytes() >= opts.effective_write_buffer();
             let forced = force && !wal.mem.is_empty();
-            if !full && !forced && !wal.broken {
+            if !full && !forced {
                 return Ok(());
             }
             if let Err(e) = self.switch_memtable(&mut st, wal) {
@@ -248,15 +247,11 @@ impl Inner {
             let _ = self.fs.remove(&wal_path);
             return Err(e);
         }
-        // A broken log keeps only what its last sync made durable.
-        if !wal.broken {
-            if let Err(e) = wal.sync() {
-                // A failed sync is never recoverable, whatever its cause.
-                self.poison(st, &e);
-                return Err(e);
-            }
+        if let Err(e) = wal.sync() {
+            // A failed sync is never recoverable, whatever its cause.
+            self.poison(st, &e);
+            return Err(e);
         }
-        wal.broken = false;
         let mem = Arc::new(MemTable::new(number));
         st.imms
             .push_back(std::mem::replace(&mut st.mem, mem.clone()));
@@ -294,16 +289,39 @@ impl Inner {
         }
     }
 
-    /// The body of the thread that syncs the WAL every `interval`.
-    pub(crate) fn sync_loop(self: Arc<Self>, interval: Duration) {
-        let tick = interval.min(Duration::from_millis(20));
-        let mut last = Instant::now();
-        while !self.shutting_down.load(Ordering::Acquire) {
-            std::thread::sleep(tick);
-            if last.elapsed() < interval {
-                continue;
+    /// The body of the housekeeping thread of a writable database: it syncs
+    /// the WAL every `sync_interval` (with [`SyncPolicy::IntervalMs`]) and
+    /// starts the jobs whose retry time has come. Without it a job that ran
+    /// out of space would wait for the next write that needs it.
+    pub(crate) fn housekeeping_loop(self: Arc<Self>, sync_interval: Option<Duration>) {
+        let mut next_sync = sync_interval.map(|i| Instant::now() + i);
+        loop {
+            {
+                let mut st = self.state.lock();
+                loop {
+                    if self.shutting_down.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if st.space.retry_at.is_some_and(|t| t <= now) {
+                        self.maybe_schedule(&mut st);
+                    }
+                    if next_sync.is_some_and(|t| t <= now) {
+                        break;
+                    }
+                    // A retry that could not start (a manual compaction
+                    // runs, or writes stopped) waits for the next signal.
+                    let retry = st.space.retry_at.filter(|&t| t > now);
+                    match retry.into_iter().chain(next_sync).min() {
+                        Some(t) => {
+                            self.bg_cv.wait_until(&mut st, t);
+                        }
+                        None => self.bg_cv.wait(&mut st),
+                    }
+                }
             }
-            last = Instant::now();
+            // Outside the state lock: the WAL lock comes first.
+            next_sync = sync_interval.map(|i| Instant::now() + i);
             let r = self.wal.lock().sync();
             if let Err(e) = r {
                 let mut st = self.state.lock();

@@ -191,6 +191,10 @@ impl WritableFile for CountingWritable {
         self.inner.sync()
     }
 
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        self.inner.truncate(len)
+    }
+
     fn len(&self) -> u64 {
         self.inner.len()
     }

@@ -8,9 +8,14 @@
 //!   any of them.
 //! * Directory entries (creations, renames, removals) are durable only once
 //!   the directory is synced; a crash reverts to the last synced listing.
-//! * The Nth operation of chosen kinds can fail, once or from then on, with
-//!   any `io::ErrorKind` (`StorageFull` for ENOSPC); a capacity makes appends
-//!   past it fail with ENOSPC.
+//! * The Nth operation of chosen kinds (optionally only on files whose name
+//!   contains a pattern) can fail, once or from then on, with any
+//!   `io::ErrorKind` (`StorageFull` for ENOSPC); a capacity makes appends
+//!   past it fail with ENOSPC after writing what fits, as a real disk does.
+//!   With torn appends on, a failing append first writes half its bytes:
+//!   the partial `write` a buffered writer can leave behind.
+//! * Truncation cuts unsynced bytes only; synced ones stay (tphdb truncates
+//!   only to drop the tail of a failed append).
 //! * A crash can be armed at the Nth sync: the image is taken just before
 //!   that sync would have taken effect, and every later operation fails, as
 //!   if the process were gone.
@@ -44,6 +49,8 @@ pub enum OpKind {
     Create,
     /// Removing a file.
     Remove,
+    /// Truncating a file being written.
+    Truncate,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -60,9 +67,21 @@ struct FailRule {
     kinds: Vec<OpKind>,
     /// Fail the `at`-th matching operation (0-based)...
     at: u64,
-    /// ...and every matching one after it.
-    persistent: bool,
+    /// ...and this many matching ones after it.
+    more: u64,
     error: io::ErrorKind,
+    /// Only operations on files whose name contains this.
+    name_part: Option<String>,
+}
+
+impl FailRule {
+    fn matches(&self, kind: OpKind, path: &Path) -> bool {
+        self.kinds.contains(&kind)
+            && self.name_part.as_ref().is_none_or(|part| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(part.as_str()))
+            })
+    }
 }
 
 #[derive(Default)]
@@ -75,6 +94,7 @@ struct State {
     matched: u64,
     fail: Option<FailRule>,
     capacity: Option<u64>,
+    torn_appends: bool,
     crash_at_sync: Option<u64>,
     crash_seed: u64,
     image: Option<FaultFs>,
@@ -114,14 +134,53 @@ impl FaultFs {
     /// Fails the `n`-th (0-based) operation of one of `kinds` from now on
     /// (and all later ones when `persistent`) with `error`.
     pub fn fail_nth(&self, kinds: &[OpKind], n: u64, persistent: bool, error: io::ErrorKind) {
+        let more = if persistent { u64::MAX } else { 0 };
+        self.set_rule(kinds, None, n, more, error);
+    }
+
+    /// Fails `count` operations of one of `kinds` from the `n`-th (0-based)
+    /// on: a disk that is full for a while.
+    pub fn fail_n_from(&self, kinds: &[OpKind], n: u64, count: u64, error: io::ErrorKind) {
+        self.set_rule(kinds, None, n, count.saturating_sub(1), error);
+    }
+
+    /// [`FaultFs::fail_nth`], counting only operations on files whose name
+    /// contains `part` (such as `"MANIFEST-"`, `".log"` or `".ph"`).
+    pub fn fail_nth_named(
+        &self,
+        part: &str,
+        kinds: &[OpKind],
+        n: u64,
+        persistent: bool,
+        error: io::ErrorKind,
+    ) {
+        let more = if persistent { u64::MAX } else { 0 };
+        self.set_rule(kinds, Some(part.to_string()), n, more, error);
+    }
+
+    fn set_rule(
+        &self,
+        kinds: &[OpKind],
+        name_part: Option<String>,
+        n: u64,
+        more: u64,
+        error: io::ErrorKind,
+    ) {
         let mut s = self.lock();
         s.matched = 0;
         s.fail = Some(FailRule {
             kinds: kinds.to_vec(),
             at: n,
-            persistent,
+            more,
             error,
+            name_part,
         });
+    }
+
+    /// When on, an append failed by a rule first writes the first half of
+    /// its bytes (appends failed by the capacity always write what fits).
+    pub fn set_torn_appends(&self, on: bool) {
+        self.lock().torn_appends = on;
     }
 
     /// Removes the fault rule and the capacity limit.
@@ -140,6 +199,12 @@ impl FaultFs {
     /// Operations performed so far (all kinds).
     pub fn op_count(&self) -> u64 {
         self.lock().ops
+    }
+
+    /// Operations the fault rule has counted so far (matching its kinds
+    /// and name), whether or not they failed.
+    pub fn matched_count(&self) -> u64 {
+        self.lock().matched
     }
 
     /// Syncs (of files and directories) performed so far.
@@ -212,10 +277,10 @@ impl FaultFs {
             s.syncs += 1;
         }
         if let Some(rule) = &s.fail {
-            if rule.kinds.contains(&kind) {
+            if rule.matches(kind, path) {
                 let i = s.matched;
                 s.matched += 1;
-                if i == rule.at || (rule.persistent && i > rule.at) {
+                if i >= rule.at && i - rule.at <= rule.more {
                     return Err(io_error(rule.error, &format!("{kind:?} of"), path));
                 }
             }
@@ -426,21 +491,30 @@ impl std::fmt::Debug for FaultWritable {
 impl WritableFile for FaultWritable {
     fn append(&mut self, data: &[u8]) -> Result<()> {
         let mut s = self.fs.lock();
-        self.fs.op(&mut s, OpKind::Write, &self.path)?;
-        if let Some(cap) = s.capacity {
-            if FaultFs::total_bytes(&s) + data.len() as u64 > cap {
-                return Err(io_error(
-                    io::ErrorKind::StorageFull,
-                    "appending to",
-                    &self.path,
-                ));
+        // A failure may leave part of the data written, as a `write` that
+        // ran out of space part way does.
+        let (written, result) = match self.fs.op(&mut s, OpKind::Write, &self.path) {
+            Err(e) if s.dead => return Err(e),
+            Err(e) => ((s.torn_appends as usize) * data.len() / 2, Err(e)),
+            Ok(()) => {
+                let room = s
+                    .capacity
+                    .map_or(u64::MAX, |cap| cap.saturating_sub(FaultFs::total_bytes(&s)));
+                if room < data.len() as u64 {
+                    let full = io_error(io::ErrorKind::StorageFull, "appending to", &self.path);
+                    (room as usize, Err(full))
+                } else {
+                    (data.len(), Ok(()))
+                }
             }
+        };
+        if written > 0 {
+            let inode = &mut s.inodes[self.id];
+            inode.data.extend_from_slice(&data[..written]);
+            inode.appends.push(inode.data.len());
+            self.len += written as u64;
         }
-        let inode = &mut s.inodes[self.id];
-        inode.data.extend_from_slice(data);
-        inode.appends.push(inode.data.len());
-        self.len += data.len() as u64;
-        Ok(())
+        result
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -453,6 +527,29 @@ impl WritableFile for FaultWritable {
         let inode = &mut s.inodes[self.id];
         inode.synced = inode.data.len();
         inode.appends.clear();
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        let mut s = self.fs.lock();
+        self.fs.op(&mut s, OpKind::Truncate, &self.path)?;
+        let inode = &mut s.inodes[self.id];
+        let len = len as usize;
+        if len < inode.synced {
+            return Err(Error::InvalidArgument(format!(
+                "FaultFs models truncating unsynced bytes only: {} to {len} bytes with {} synced",
+                self.path.display(),
+                inode.synced
+            )));
+        }
+        if len < inode.data.len() {
+            inode.data.truncate(len);
+            inode.appends.retain(|&end| end < len);
+            if len > inode.synced {
+                inode.appends.push(len);
+            }
+        }
+        self.len = inode.data.len() as u64;
         Ok(())
     }
 

@@ -161,6 +161,13 @@ impl WritableFile for MemWritable {
         Ok(())
     }
 
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        let mut data = self.data.lock().expect("memfs lock");
+        data.truncate(len as usize);
+        self.len = data.len() as u64;
+        Ok(())
+    }
+
     fn len(&self) -> u64 {
         self.len
     }

@@ -97,6 +97,11 @@ pub trait RandomAccessFile: Send + Sync + Debug {
 }
 
 /// A file being written front to back.
+///
+/// After a failed `append` or `flush`, some of the bytes may have reached the
+/// file: until [`WritableFile::truncate`] succeeds, every further append,
+/// flush and sync fails, so that the rest of a failed write can never reach
+/// the file later (on a later flush, or when the file is dropped).
 pub trait WritableFile: Send + Debug {
     /// Appends bytes (possibly buffered in the process).
     fn append(&mut self, data: &[u8]) -> Result<()>;
@@ -104,6 +109,10 @@ pub trait WritableFile: Send + Debug {
     fn flush(&mut self) -> Result<()>;
     /// Makes everything appended so far durable.
     fn sync(&mut self) -> Result<()>;
+    /// Cuts the file to its first `len` bytes (no more than [`WritableFile::len`]),
+    /// dropping buffered bytes past them; appends continue from there. Used
+    /// to drop the remains of a failed append.
+    fn truncate(&mut self, len: u64) -> Result<()>;
     /// Bytes appended so far.
     fn len(&self) -> u64;
     /// True when nothing was appended.

@@ -1,7 +1,6 @@
 //! The real file system.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,8 +73,10 @@ impl FileSystem for PosixFs {
         let file = File::create(path).map_err(io_err("creating", path))?;
         Ok(Box::new(PosixWritable {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(1 << 20, file),
-            len: 0,
+            file,
+            buf: Vec::new(),
+            written: 0,
+            failed: false,
         }))
     }
 
@@ -121,13 +122,38 @@ impl FileSystem for PosixFs {
 
     fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
         use std::os::unix::io::AsRawFd;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io_err("opening lock file", path))?;
+        // Readers open the lock file read-only (flock needs no write
+        // access), so a database on read-only media opens for reading.
+        let create = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        };
+        let file = if exclusive {
+            create()
+        } else {
+            File::open(path).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => create(),
+                _ => Err(e),
+            })
+        };
+        let file = match file {
+            Ok(f) => f,
+            // A copy on read-only media without a LOCK file: no writer can
+            // open it either.
+            Err(e) if !exclusive && e.raw_os_error() == Some(libc::EROFS) => {
+                return Ok(Box::new(NoLock));
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    format!("opening lock file {}", path.display()),
+                    e,
+                ))
+            }
+        };
         let op = if exclusive {
             libc::LOCK_EX
         } else {
@@ -148,6 +174,12 @@ impl FileSystem for PosixFs {
         Ok(Box::new(PosixLock { _file: file }))
     }
 }
+
+/// The lock of a reader of a database without a LOCK file.
+#[derive(Debug)]
+struct NoLock;
+
+impl super::FileLock for NoLock {}
 
 /// An flock held while the file stays open.
 #[derive(Debug)]
@@ -254,35 +286,128 @@ impl RandomAccessFile for DirectFile {
     }
 }
 
+/// Appends are buffered up to this many bytes before they are written.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// A file written through a buffer of its own, not a `BufWriter`: after a
+/// failed write a `BufWriter` keeps the unwritten rest and writes it on the
+/// next flush or when dropped, so bytes of a write that returned an error
+/// could reach the file later.
 #[derive(Debug)]
 struct PosixWritable {
     path: PathBuf,
-    out: BufWriter<File>,
-    len: u64,
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes handed to the operating system: the file's size.
+    written: u64,
+    /// A write failed part way; only `truncate` clears this.
+    failed: bool,
+}
+
+impl PosixWritable {
+    fn check_usable(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::io(
+                format!(
+                    "writing {} after a failed write, before truncating it",
+                    self.path.display()
+                ),
+                std::io::Error::other("file has the remains of a failed write"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at the end of what the OS has, advancing `written` by
+    /// what got through even when a later part fails.
+    fn write_out(&mut self, data: &[u8]) -> Result<()> {
+        let mut done = 0;
+        while done < data.len() {
+            match self.file.write_at(&data[done..], self.written) {
+                Ok(0) => {
+                    self.failed = true;
+                    return Err(Error::io(
+                        format!("writing {}", self.path.display()),
+                        std::io::Error::from(std::io::ErrorKind::WriteZero),
+                    ));
+                }
+                Ok(n) => {
+                    done += n;
+                    self.written += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.failed = true;
+                    return Err(Error::io(format!("writing {}", self.path.display()), e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_buf(&mut self) -> Result<()> {
+        let buf = std::mem::take(&mut self.buf);
+        let result = self.write_out(&buf);
+        self.buf = buf;
+        // After a failure the rest stays buffered for `len`, but the file
+        // refuses to write it until truncated.
+        if result.is_ok() {
+            self.buf.clear();
+        }
+        result
+    }
 }
 
 impl WritableFile for PosixWritable {
     fn append(&mut self, data: &[u8]) -> Result<()> {
-        self.out
-            .write_all(data)
-            .map_err(io_err("writing", &self.path))?;
-        self.len += data.len() as u64;
+        self.check_usable()?;
+        if self.buf.len() + data.len() > WRITE_BUFFER_BYTES {
+            self.flush_buf()?;
+        }
+        if data.len() >= WRITE_BUFFER_BYTES {
+            return self.write_out(data);
+        }
+        self.buf.extend_from_slice(data);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(io_err("writing", &self.path))
+        self.check_usable()?;
+        self.flush_buf()
     }
 
     fn sync(&mut self) -> Result<()> {
         self.flush()?;
-        self.out
-            .get_ref()
-            .sync_data()
-            .map_err(io_err("syncing", &self.path))
+        self.file.sync_data().map_err(io_err("syncing", &self.path))
+    }
+
+    fn truncate(&mut self, len: u64) -> Result<()> {
+        // `written` counts every byte that reached the file, even of a failed
+        // write: past it, only buffered bytes go.
+        if len >= self.written {
+            self.buf.truncate((len - self.written) as usize);
+            self.failed = false;
+            return Ok(());
+        }
+        self.file
+            .set_len(len)
+            .map_err(io_err("truncating", &self.path))?;
+        self.written = len;
+        self.buf.clear();
+        self.failed = false;
+        Ok(())
     }
 
     fn len(&self) -> u64 {
-        self.len
+        self.written + self.buf.len() as u64
+    }
+}
+
+impl Drop for PosixWritable {
+    fn drop(&mut self) {
+        // Best effort, as a `BufWriter` would; never the rest of a failed write.
+        if !self.failed {
+            let _ = self.flush_buf();
+        }
     }
 }

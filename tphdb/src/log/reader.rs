@@ -20,20 +20,38 @@ pub(crate) struct TailDrop {
     pub(crate) valid_data_follows: bool,
 }
 
-/// Whether a fragment with a correct checksum starts at `pos` of `block`.
-fn valid_fragment_at(block: &[u8], pos: usize) -> bool {
-    let Some(h) = block.get(pos..pos + HEADER_SIZE) else {
-        return false;
-    };
+/// The type and length of a fragment with a correct checksum at `pos` of
+/// `block`, if there is one.
+fn fragment_at(block: &[u8], pos: usize) -> Option<(FragmentType, usize)> {
+    let h = block.get(pos..pos + HEADER_SIZE)?;
     let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
     let len = u16::from_le_bytes([h[4], h[5]]) as usize;
-    let Some(t) = FragmentType::from_u8(h[6]) else {
-        return false;
-    };
-    match block.get(pos + HEADER_SIZE..pos + HEADER_SIZE + len) {
-        Some(data) => crc == fragment_crc(t, data) && !(crc == 0 && len == 0),
-        None => false,
+    let t = FragmentType::from_u8(h[6])?;
+    let data = block.get(pos + HEADER_SIZE..pos + HEADER_SIZE + len)?;
+    (crc == fragment_crc(t, data) && !(crc == 0 && len == 0)).then_some((t, len))
+}
+
+/// Whether a record's first fragment (FULL or FIRST) with a correct checksum
+/// begins at `pos`. A MIDDLE or LAST fragment may be the surviving rest of
+/// the torn record itself, which says nothing of records written after it.
+fn record_start_at(block: &[u8], pos: usize) -> bool {
+    matches!(
+        fragment_at(block, pos),
+        Some((FragmentType::Full | FragmentType::First, _))
+    )
+}
+
+/// Whether a record starts in `block`, following its fragments from the
+/// block start: a MIDDLE or LAST fragment there is stepped over.
+fn record_start_in_block(block: &[u8]) -> bool {
+    let mut pos = 0;
+    while let Some((t, len)) = fragment_at(block, pos) {
+        if matches!(t, FragmentType::Full | FragmentType::First) {
+            return true;
+        }
+        pos += HEADER_SIZE + len;
     }
+    false
 }
 
 /// Reads the records of a log file front to back.
@@ -79,19 +97,20 @@ impl LogReader {
         Ok(None)
     }
 
-    /// Whether a fragment with a correct checksum starts anywhere after the
-    /// damaged one: at any later byte of the current block (the damaged
-    /// header may hide where the next fragment starts), or at the start of
-    /// any later block (fragments never cross blocks).
+    /// Whether a record with a correct first fragment starts anywhere after
+    /// the damaged one: at any later byte of the current block (the damaged
+    /// header may hide where the next fragment starts), or in any later
+    /// block, whose fragments can be followed from its start (fragments
+    /// never cross blocks).
     fn valid_fragment_after_damage(&self) -> Result<bool> {
         let damaged = self.pos.min(self.block.len());
-        if (damaged + 1..self.block.len()).any(|pos| valid_fragment_at(&self.block, pos)) {
+        if (damaged + 1..self.block.len()).any(|pos| record_start_at(&self.block, pos)) {
             return Ok(true);
         }
         let mut at = self.block_start + self.block.len() as u64;
         while at < self.len {
             let n = (self.len - at).min(BLOCK_SIZE as u64) as usize;
-            if valid_fragment_at(&self.file.read_at(at, n)?, 0) {
+            if record_start_in_block(&self.file.read_at(at, n)?) {
                 return Ok(true);
             }
             at += n as u64;

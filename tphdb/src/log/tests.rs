@@ -120,3 +120,91 @@ fn appending_after_reopen_continues_the_block_layout() {
     both.extend(fs.read_file(Path::new("/tail")).unwrap());
     assert_eq!(both, fs.read_file(Path::new("/log3")).unwrap());
 }
+
+/// Regression: a torn last record whose continuation fragment survived at a
+/// later block start was taken for "valid data follows the damage", and a
+/// MANIFEST ending that way failed to open as corrupt instead of dropping
+/// the torn record. Only a fragment that starts a record (FULL or FIRST)
+/// shows that records were written after the damaged one.
+#[test]
+fn a_torn_last_record_with_a_surviving_continuation_is_a_torn_tail() {
+    let fs = MemFs::new();
+    let records = vec![vec![1u8; 100], vec![2u8; BLOCK_SIZE]];
+    let mut bytes = write_log(&fs, &records);
+    // The second record starts in block 0 (FIRST) and ends in block 1
+    // (LAST). Garble its FIRST fragment only: block 1's LAST fragment, at
+    // a block start, still checks out.
+    let first_fragment = 100 + HEADER_SIZE;
+    bytes[first_fragment + HEADER_SIZE + 10] ^= 0xff;
+    let (got, tail) = read_log(&fs, bytes.clone());
+    assert_eq!(got, records[..1]);
+    let tail = tail.expect("the torn record is reported");
+    assert!(
+        !tail.valid_data_follows,
+        "a LAST fragment is no later record: {tail:?}"
+    );
+
+    // A record written after the torn one does count.
+    let records = vec![vec![1u8; 100], vec![2u8; BLOCK_SIZE], b"after".to_vec()];
+    let mut bytes = write_log(&fs, &records);
+    bytes[first_fragment + HEADER_SIZE + 10] ^= 0xff;
+    let (_, tail) = read_log(&fs, bytes);
+    assert!(tail.expect("reported").valid_data_follows);
+}
+
+/// Regression: the writer advanced its block offset before the append
+/// succeeded, so after a failed append every later record was framed for
+/// a position it was not written at, and a reader dropped them as a torn
+/// tail. Also: bytes of the failed record must not stay in the log.
+#[test]
+fn records_after_a_failed_append_are_framed_where_they_land() {
+    use crate::fs::{FaultFs, OpKind};
+    let fs = FaultFs::new();
+    fs.set_torn_appends(true);
+    let path = Path::new("/log");
+    let mut w = LogWriter::new(fs.create(path).unwrap(), 0);
+    let mut want = Vec::new();
+    for i in 0..40u32 {
+        let record = vec![i as u8; 3000 + i as usize * 701];
+        if i == 7 {
+            // This append writes half its bytes, then fails.
+            fs.fail_nth(&[OpKind::Write], 0, false, std::io::ErrorKind::StorageFull);
+            assert!(w.add_record(&record).unwrap_err().is_no_space());
+            assert!(w.ends_cleanly());
+            continue;
+        }
+        w.add_record(&record).unwrap();
+        want.push(record);
+    }
+    w.sync().unwrap();
+    let bytes = crate::fs::read_all(&fs, path).unwrap().to_vec();
+    let (got, tail) = read_log(&MemFs::new(), bytes);
+    assert_eq!(tail, None);
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the records that were acknowledged, and only them"
+    );
+}
+
+/// When the remains of a failed record cannot be cut off, the log takes no
+/// further record: one after them would follow damage.
+#[test]
+fn a_log_whose_failed_record_cannot_be_cut_takes_no_more_records() {
+    use crate::fs::{FaultFs, OpKind};
+    let fs = FaultFs::new();
+    fs.set_torn_appends(true);
+    let mut w = LogWriter::new(fs.create(Path::new("/log")).unwrap(), 0);
+    w.add_record(b"first").unwrap();
+    fs.fail_nth(
+        &[OpKind::Write, OpKind::Truncate],
+        0,
+        true,
+        std::io::ErrorKind::Other,
+    );
+    assert!(w.add_record(&[5; 1000]).is_err());
+    fs.clear_faults();
+    assert!(!w.ends_cleanly());
+    assert!(w.add_record(b"later").is_err());
+    assert!(w.sync().is_err());
+}

@@ -247,10 +247,13 @@ impl VersionSet {
     }
 
     /// Makes `edit` durable in the MANIFEST, then installs the version it
-    /// describes. On error nothing is installed, and whether the edit is on
-    /// disk is unknown: the caller must stop writing and must keep the files
-    /// the edit names (if it is not on disk, they are removed at the next
-    /// open).
+    /// describes. On error nothing is installed. If [`VersionSet::accepts_edits`]
+    /// still holds after an out-of-space error, the MANIFEST is as it was
+    /// (the partial record was cut off): the edit is certainly not on disk,
+    /// its new files may be deleted, and a later edit may follow. Otherwise
+    /// whether the edit is on disk is unknown: the caller must stop writing
+    /// and keep the files the edit names (if it is not on disk, they are
+    /// removed at the next open).
     pub(crate) fn log_and_apply(
         &mut self,
         mut edit: VersionEdit,
@@ -260,19 +263,34 @@ impl VersionSet {
             return Err(Error::ReadOnly(e.clone()));
         }
         let version = self.current.apply(&edit, new_tphs)?;
-        if let Some(n) = edit.log_number {
-            self.log_number = self.log_number.max(n);
-        }
-        edit.log_number = Some(self.log_number);
+        let log_number = self.log_number.max(edit.log_number.unwrap_or(0));
+        edit.log_number = Some(log_number);
         edit.next_file = Some(self.next_file);
         edit.last_seq = Some(self.last_seq);
-        self.manifest.add_record(&edit.encode())?;
-        self.manifest.sync()?;
+        if let Err(e) = self.manifest.add_record(&edit.encode()) {
+            if !(e.is_no_space() && self.manifest.ends_cleanly()) {
+                self.broken = Some(format!("a MANIFEST append failed: {e}"));
+            }
+            return Err(e);
+        }
+        if let Err(e) = self.manifest.sync() {
+            // The page cache may have dropped the record, or may write it
+            // later: its fate is unknown whatever the cause.
+            self.broken = Some(format!("a MANIFEST sync failed: {e}"));
+            return Err(e);
+        }
+        self.log_number = log_number;
         self.current = Arc::new(version);
         if self.manifest.len() > self.manifest_max_bytes {
             self.roll_over();
         }
         Ok(())
+    }
+
+    /// False once an edit failed in a way that leaves the MANIFEST's end
+    /// unknown: no edit may follow.
+    pub(crate) fn accepts_edits(&self) -> bool {
+        self.broken.is_none()
     }
 
     /// Starts a new MANIFEST with a snapshot of the current version. The

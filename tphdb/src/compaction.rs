@@ -1,0 +1,369 @@
+//! What to flush or compact next: a pure function of the shape of a
+//! version, the jobs running and the policy, apart from running jobs and
+//! applying their edits (LevelDB's `VersionSet::PickCompaction`).
+//!
+//! A job owns the TPHs it rewrites: a flush in one-level mode and a level-0
+//! compaction own all of level 1; pushing TPH `(i, p)` down owns it and its
+//! `fanout` children. Jobs on disjoint TPHs run in parallel.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::version::{partitions_fit, Version};
+
+/// A TPH's place: level (1 or deeper) and partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct TphId {
+    pub(crate) level: u32,
+    pub(crate) partition: u64,
+}
+
+/// What the picker needs to know of a TPH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TphSize {
+    pub(crate) head: u64,
+    /// Data bytes of its live entries.
+    pub(crate) live_data_bytes: u64,
+    /// Memory a merge of its live entries holds.
+    pub(crate) merge_bytes: u64,
+}
+
+/// The sizes of a version's TPHs, by place.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) fanout: u64,
+    pub(crate) depth: u32,
+    /// Newest first.
+    pub(crate) l0: Vec<TphSize>,
+    /// `levels[i - 1]` is level `i`, by partition.
+    pub(crate) levels: Vec<BTreeMap<u64, TphSize>>,
+}
+
+impl Shape {
+    /// The shape of `v`; `merge_bytes` estimates a TPH's merge memory.
+    pub(crate) fn of(v: &Version, merge_bytes: impl Fn(&crate::tph::Tph) -> u64) -> Shape {
+        let size = |t: &crate::tph::Tph| TphSize {
+            head: t.head_number(),
+            live_data_bytes: t.live_data_bytes(),
+            merge_bytes: merge_bytes(t),
+        };
+        Shape {
+            fanout: v.layout.fanout,
+            depth: v.depth,
+            l0: v.l0.iter().map(|t| size(t)).collect(),
+            levels: v
+                .levels
+                .iter()
+                .map(|l| l.iter().map(|(&p, t)| (p, size(t))).collect())
+                .collect(),
+        }
+    }
+
+    /// Partitions of level `level >= 1`.
+    fn partitions(&self, level: u32) -> u64 {
+        self.fanout.saturating_pow(level)
+    }
+
+    fn children(&self, id: TphId) -> impl Iterator<Item = TphId> + '_ {
+        let f = self.fanout;
+        (id.partition * f..id.partition * f + f).map(move |partition| TphId {
+            level: id.level + 1,
+            partition,
+        })
+    }
+}
+
+/// The knobs of the policy, from the options.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Policy {
+    pub(crate) one_level: bool,
+    pub(crate) l0_compaction_trigger: usize,
+    pub(crate) tph_target_bytes: u64,
+    pub(crate) max_levels: u32,
+    /// Memory one compaction may hold.
+    pub(crate) job_memory_bytes: u64,
+}
+
+/// A job to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// Write the frozen memtables out.
+    Flush,
+    /// Merge these level-0 TPHs (head numbers) into level 1.
+    L0ToL1(Vec<u64>),
+    /// Move a TPH into its children.
+    PushDown(TphId),
+}
+
+/// The jobs running, by what they own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Running {
+    pub(crate) flush: bool,
+    /// A job merging into every TPH of level 1 runs: a level-0 compaction,
+    /// or a flush in one-level mode.
+    pub(crate) all_of_level1: bool,
+    /// TPHs a push-down owns.
+    pub(crate) tphs: HashSet<TphId>,
+}
+
+impl Running {
+    fn level1_busy(&self) -> bool {
+        self.all_of_level1 || self.tphs.iter().any(|t| t.level == 1)
+    }
+
+    /// Marks what `work` owns; `shape` is the version it was picked from.
+    pub(crate) fn start(&mut self, work: &Work, shape: &Shape, policy: &Policy) {
+        match work {
+            Work::Flush => {
+                debug_assert!(!self.flush);
+                self.flush = true;
+                self.all_of_level1 |= policy.one_level;
+            }
+            Work::L0ToL1(_) => {
+                debug_assert!(!self.level1_busy());
+                self.all_of_level1 = true;
+            }
+            Work::PushDown(id) => {
+                debug_assert!(!self.tphs.contains(id));
+                self.tphs.insert(*id);
+                self.tphs.extend(shape.children(*id));
+            }
+        }
+    }
+
+    /// Releases what `work` owned.
+    pub(crate) fn finish(&mut self, work: &Work, fanout: u64, policy: &Policy) {
+        match work {
+            Work::Flush => {
+                self.flush = false;
+                if policy.one_level {
+                    self.all_of_level1 = false;
+                }
+            }
+            Work::L0ToL1(_) => self.all_of_level1 = false,
+            Work::PushDown(id) => {
+                self.tphs.remove(id);
+                let f = fanout;
+                for partition in id.partition * f..id.partition * f + f {
+                    self.tphs.remove(&TphId {
+                        level: id.level + 1,
+                        partition,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The job to start next, if any: flushes first (writers wait for them),
+/// then level 0, then push-downs from the top.
+pub(crate) fn pick(
+    shape: &Shape,
+    frozen_memtables: usize,
+    running: &Running,
+    policy: &Policy,
+) -> Option<Work> {
+    let flush_blocked = policy.one_level && running.level1_busy();
+    if !running.flush && frozen_memtables > 0 && !flush_blocked {
+        return Some(Work::Flush);
+    }
+    if !policy.one_level && shape.l0.len() >= policy.l0_compaction_trigger && !running.level1_busy()
+    {
+        return Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy)));
+    }
+    for level in 1..shape.depth {
+        if level == 1 && running.all_of_level1 {
+            continue;
+        }
+        for (&partition, tph) in &shape.levels[level as usize - 1] {
+            let id = TphId { level, partition };
+            if tph.live_data_bytes > policy.tph_target_bytes
+                && !running.tphs.contains(&id)
+                && shape.children(id).all(|c| !running.tphs.contains(&c))
+            {
+                return Some(Work::PushDown(id));
+            }
+        }
+    }
+    None
+}
+
+/// The oldest level-0 TPHs whose merge fits a job's memory (at least one):
+/// newer ones stay above level 1, which keeps reads right, and a merge in
+/// one pass reads its inputs once. Taking all of a level 0 that fell behind
+/// took many passes over it, each slower than the flushes piling up.
+fn oldest_l0_that_fit(shape: &Shape, policy: &Policy) -> Vec<u64> {
+    let (mut oldest, mut used) = (Vec::new(), 0u64);
+    for t in shape.l0.iter().rev() {
+        used = used.saturating_add(t.merge_bytes);
+        if used > policy.job_memory_bytes && !oldest.is_empty() {
+            break;
+        }
+        oldest.push(t.head);
+    }
+    oldest
+}
+
+/// Whether the bottom level should get a level below it: its TPHs average
+/// more than `fanout` times the target size, and one more level fits.
+pub(crate) fn should_deepen(shape: &Shape, policy: &Policy) -> bool {
+    if policy.one_level
+        || shape.depth >= policy.max_levels
+        || !partitions_fit(shape.fanout, shape.depth + 1)
+    {
+        return false;
+    }
+    let bottom: u64 = shape.levels[shape.depth as usize - 1]
+        .values()
+        .map(|t| t.live_data_bytes)
+        .sum();
+    let limit = shape
+        .partitions(shape.depth)
+        .saturating_mul(policy.tph_target_bytes)
+        .saturating_mul(shape.fanout);
+    bottom > limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Policy {
+        Policy {
+            one_level: false,
+            l0_compaction_trigger: 4,
+            tph_target_bytes: 100,
+            max_levels: 4,
+            job_memory_bytes: 1000,
+        }
+    }
+
+    fn tph(head: u64, live_data_bytes: u64) -> TphSize {
+        TphSize {
+            head,
+            live_data_bytes,
+            merge_bytes: live_data_bytes * 2,
+        }
+    }
+
+    /// Fanout 2, depth 2: `l0` TPHs of 10 bytes, and level 1 as given.
+    fn shape(l0: usize, level1: &[(u64, u64)]) -> Shape {
+        Shape {
+            fanout: 2,
+            depth: 2,
+            l0: (0..l0 as u64).rev().map(|h| tph(100 + h, 10)).collect(),
+            levels: vec![
+                level1.iter().map(|&(p, b)| (p, tph(p + 1, b))).collect(),
+                BTreeMap::new(),
+            ],
+        }
+    }
+
+    #[test]
+    fn flushes_come_first_and_one_at_a_time() {
+        let s = shape(5, &[]);
+        let mut running = Running::default();
+        assert_eq!(pick(&s, 1, &running, &policy()), Some(Work::Flush));
+        running.start(&Work::Flush, &s, &policy());
+        assert!(matches!(
+            pick(&s, 1, &running, &policy()),
+            Some(Work::L0ToL1(_))
+        ));
+        running.finish(&Work::Flush, 2, &policy());
+        assert_eq!(running, Running::default());
+    }
+
+    #[test]
+    fn level0_compacts_its_oldest_tphs_within_the_memory_bound() {
+        let s = shape(5, &[]);
+        let p = policy();
+        // Oldest first: heads 100, 101, ... (each merge 20 bytes).
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &p),
+            Some(Work::L0ToL1(vec![100, 101, 102, 103, 104]))
+        );
+        let tight = Policy {
+            job_memory_bytes: 45,
+            ..p
+        };
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &tight),
+            Some(Work::L0ToL1(vec![100, 101]))
+        );
+        // At least one, however large.
+        let tiny = Policy {
+            job_memory_bytes: 1,
+            ..p
+        };
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &tiny),
+            Some(Work::L0ToL1(vec![100]))
+        );
+        assert_eq!(pick(&shape(3, &[]), 0, &Running::default(), &p), None);
+    }
+
+    #[test]
+    fn push_downs_wait_for_what_owns_their_tphs() {
+        let p = policy();
+        let s = shape(0, &[(0, 500), (1, 50)]);
+        let id = TphId {
+            level: 1,
+            partition: 0,
+        };
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &p),
+            Some(Work::PushDown(id))
+        );
+        let mut running = Running::default();
+        running.start(&Work::PushDown(id), &s, &p);
+        assert_eq!(running.tphs.len(), 3, "the TPH and its two children");
+        assert_eq!(pick(&s, 0, &running, &p), None);
+        // A level-0 compaction waits for level 1 to be free, and the other
+        // way round.
+        let with_l0 = shape(4, &[(0, 500)]);
+        assert_eq!(pick(&with_l0, 0, &running, &p), None);
+        running.finish(&Work::PushDown(id), 2, &p);
+        let l0 = pick(&with_l0, 0, &running, &p).unwrap();
+        assert!(matches!(l0, Work::L0ToL1(_)));
+        running.start(&l0, &with_l0, &p);
+        assert_eq!(pick(&with_l0, 0, &running, &p), None);
+    }
+
+    #[test]
+    fn a_one_level_flush_owns_level1() {
+        let p = Policy {
+            one_level: true,
+            ..policy()
+        };
+        let s = Shape {
+            depth: 1,
+            ..shape(0, &[(0, 500)])
+        };
+        let mut running = Running::default();
+        running.start(&Work::Flush, &s, &p);
+        assert!(running.level1_busy());
+        running.finish(&Work::Flush, 2, &p);
+        assert_eq!(running, Running::default());
+        // No push-down in one-level mode: level 1 is the bottom.
+        assert_eq!(pick(&s, 0, &running, &p), None);
+    }
+
+    #[test]
+    fn the_bottom_deepens_past_fanout_times_the_target() {
+        let p = policy();
+        // Depth 2 over fanout 2: 4 bottom partitions of target 100, so
+        // deepening starts past 4 * 100 * 2 bytes.
+        let mut s = shape(0, &[]);
+        s.levels[1] = (0..4).map(|i| (i, tph(i, 200))).collect();
+        assert!(!should_deepen(&s, &p));
+        s.levels[1].insert(3, tph(3, 201));
+        assert!(should_deepen(&s, &p));
+        assert!(!should_deepen(&s, &Policy { max_levels: 2, ..p }));
+        assert!(!should_deepen(
+            &s,
+            &Policy {
+                one_level: true,
+                ..p
+            }
+        ));
+    }
+}
