@@ -26,6 +26,18 @@ pub(crate) enum ValueRef {
     InPiece(Arc<PieceFile>, u64),
 }
 
+impl ValueRef {
+    /// Bytes that loading the value brings into memory: the value, or the
+    /// whole block that holds it.
+    pub(crate) fn bytes_to_load(&self) -> usize {
+        match self {
+            ValueRef::Inline(v) => v.len(),
+            ValueRef::Tombstone => 0,
+            ValueRef::InPiece(p, slot) => p.block_bytes(p.block_of(*slot).0),
+        }
+    }
+}
+
 #[cfg(test)]
 impl ValueRef {
     /// The value, reading its block if it is in a piece; the entry read

@@ -552,3 +552,47 @@ fn the_block_cache_answers_repeated_reads_and_survives_compaction() {
     assert_eq!(st.block_cache_hits + st.block_cache_misses, 0);
     assert!(st.get_block_reads >= st.gets && st.get_block_reads <= st.gets * 21 / 20);
 }
+
+/// Piece files open in this process under `dir`.
+fn open_pieces(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.starts_with(dir) && p.extension().is_some_and(|e| e == "ph"))
+        .count()
+}
+
+/// Regression: every piece read with pread or O_DIRECT kept a descriptor
+/// open for as long as it existed, with no bound: a large database ran out
+/// of descriptors. `max_open_files` bounds them.
+#[test]
+fn open_piece_files_stay_within_max_open_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        read_mode: tphdb::fs::ReadMode::Pread,
+        max_open_files: 4,
+        l0_compaction_trigger: 100,
+        l0_slowdown_trigger: 100,
+        l0_stop_trigger: 100,
+        ..small()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for round in 0..12u32 {
+        for i in 0..50u32 {
+            db.put(format!("r{round}k{i}"), round.to_le_bytes())
+                .unwrap();
+        }
+        db.flush().unwrap();
+    }
+    assert!(db.stats().levels[0].pieces >= 12);
+    for round in 0..12u32 {
+        for i in 0..50u32 {
+            let v = db.get(format!("r{round}k{i}")).unwrap();
+            assert_eq!(v.as_deref(), Some(&round.to_le_bytes()[..]));
+        }
+        let open = open_pieces(dir.path());
+        assert!(open <= 4, "{open} piece files open");
+    }
+    assert_eq!(collect(db.iterator(IteratorMode::Start)).len(), 600);
+    assert!(open_pieces(dir.path()) <= 4);
+}

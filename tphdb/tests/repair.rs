@@ -215,3 +215,27 @@ fn an_interrupted_repair_finishes_when_run_again() {
         );
     }
 }
+
+/// Regression: repair held every salvaged entry of the database in one
+/// in-memory map. It now salvages in passes over hash ranges of the keys,
+/// each within `compaction_memory_bytes`, with the same result.
+#[test]
+fn repair_salvages_in_passes_within_its_memory_bound() {
+    let fs = FaultFs::new();
+    let state = build(&fs);
+    let file_bytes: u64 = fs
+        .list(Path::new(DIR))
+        .unwrap()
+        .iter()
+        .map(|n| fs.file_size(&Path::new(DIR).join(n)).unwrap())
+        .sum();
+    let opts = Options {
+        compaction_memory_bytes: (file_bytes / 4) as usize,
+        ..options(&fs)
+    };
+    let report = DB::repair(&opts, DIR).unwrap();
+    assert!(report.passes >= 8, "{report}");
+    assert!(report.lost.is_empty(), "{report}");
+    assert_eq!(report.keys as usize, state.len());
+    assert_eq!(read_all(&fs).unwrap(), state);
+}

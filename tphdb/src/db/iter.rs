@@ -62,6 +62,10 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 /// [`MAX_BATCH`], like readahead, so a short scan does not pay for a long one.
 const FIRST_BATCH: usize = 4;
 const MAX_BATCH: usize = 64;
+/// A batch stops once its blocks (and inline values) reach this many bytes,
+/// whatever its entry count: large values cannot grow an iterator's memory.
+/// Every batch takes at least one entry.
+const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// A cursor over the database with explicit seeks and steps, skipping
 /// deleted keys. Errors make it invalid; see [`DBRawIterator::status`].
@@ -227,7 +231,8 @@ impl<'a> DBRawIterator<'a> {
     /// Loads the next batch of live entries in the direction of travel.
     fn fill(&mut self) -> Result<()> {
         let mut pending: Vec<(Bytes, ValueRef)> = Vec::with_capacity(self.batch);
-        while pending.len() < self.batch && self.cursor.valid() {
+        let mut bytes = 0;
+        while pending.len() < self.batch && bytes < MAX_BATCH_BYTES && self.cursor.valid() {
             let k = self.cursor.key();
             let out = if self.forward {
                 self.upper.as_deref().is_some_and(|u| k >= u)
@@ -238,7 +243,9 @@ impl<'a> DBRawIterator<'a> {
                 break;
             }
             if !self.cursor.is_tombstone() {
-                pending.push((Bytes::copy_from_slice(k), self.cursor.value_ref()));
+                let value = self.cursor.value_ref();
+                bytes += k.len() + value.bytes_to_load();
+                pending.push((Bytes::copy_from_slice(k), value));
             }
             if self.forward {
                 self.cursor.next()?;
@@ -455,5 +462,45 @@ impl Iterator for DBIterator<'_> {
                 self.raw.error.take().map(Err)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::MemFs;
+    use crate::{Options, DB};
+
+    /// Regression: read-ahead was counted in entries only (up to 64), so
+    /// an iterator over large values held up to 64 of them at once.
+    #[test]
+    fn read_ahead_is_bounded_in_bytes() {
+        let opts = Options {
+            file_system: Some(std::sync::Arc::new(MemFs::new())),
+            ..Options::default()
+        };
+        let db = DB::open(&opts, "/db").unwrap();
+        for i in 0..40u8 {
+            db.put([i], vec![i; 200 << 10]).unwrap();
+        }
+        db.flush().unwrap();
+        for i in 40..80u8 {
+            db.put([i], vec![i; 200 << 10]).unwrap();
+        }
+        let mut it = db.raw_iterator();
+        it.seek_to_first();
+        let mut seen = 0;
+        while it.valid() {
+            let held: usize = it.window.iter().map(|(k, v)| k.len() + v.len()).sum();
+            assert!(
+                held <= super::MAX_BATCH_BYTES + (200 << 10),
+                "{} entries, {held} bytes read ahead",
+                it.window.len()
+            );
+            assert_eq!(it.value().unwrap()[0], seen);
+            seen += 1;
+            it.next();
+        }
+        it.status().unwrap();
+        assert_eq!(seen, 80);
     }
 }

@@ -96,9 +96,11 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
 
     let piece_reads = PieceReads {
         mode: opts.read_mode,
-        // Reads through mmap have the page cache.
-        cache: (opts.read_mode != ReadMode::Mmap && opts.block_cache_bytes > 0)
+        // With mmap it holds only the key-order indexes: the page cache has
+        // the blocks.
+        cache: (opts.block_cache_bytes > 0)
             .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
+        open_files: Some(crate::fs::OpenFiles::new(opts.max_open_files)),
     };
     let exists = fs.exists(&path(dir, CURRENT));
     let mut opts = opts.clone();

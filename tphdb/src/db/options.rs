@@ -66,8 +66,15 @@ pub struct Options {
     pub read_mode: ReadMode,
     /// Bytes of verified blocks kept in memory, shared by all reads, with
     /// the `Pread` and `Direct` read modes (with `Mmap` the page cache does
-    /// this). 0 turns the cache off.
+    /// this), and of the pieces' key-order indexes that scans load, in every
+    /// mode (8 MiB). 0 turns the cache off: each iterator then loads the
+    /// indexes it needs and drops them with it.
     pub block_cache_bytes: usize,
+    /// Piece files kept open at once with the `Pread` and `Direct` read
+    /// modes, which hold a descriptor per piece (1000, LevelDB's default);
+    /// past it the least recently read are closed and reopen on their next
+    /// read. Mapped pieces hold no descriptor.
+    pub max_open_files: usize,
     /// Block compression of new pieces.
     pub compression: Compression,
     /// Perfect hash implementation.
@@ -127,6 +134,7 @@ impl Default for Options {
             sync_policy: SyncPolicy::Never,
             read_mode: ReadMode::Mmap,
             block_cache_bytes: 8 << 20,
+            max_open_files: 1000,
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
@@ -158,6 +166,7 @@ impl fmt::Debug for Options {
             .field("sync_policy", &self.sync_policy)
             .field("read_mode", &self.read_mode)
             .field("block_cache_bytes", &self.block_cache_bytes)
+            .field("max_open_files", &self.max_open_files)
             .field("compression", &self.compression)
             .field("phf_kind", &self.phf_kind)
             .field("signature_bits", &self.signature_bits)
@@ -208,6 +217,9 @@ impl Options {
             ..crate::phf::PhfConfig::default()
         }
         .validate()?;
+        if self.max_open_files == 0 {
+            return bad("max_open_files must be at least 1");
+        }
         if self.background_threads == 0 {
             return bad("background_threads must be at least 1");
         }

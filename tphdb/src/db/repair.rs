@@ -17,6 +17,7 @@ use crate::batch::{BatchOp, WriteBatch};
 use crate::error::{Error, Result};
 use crate::filename::{parse, path, FileKind, CURRENT, LOCK};
 use crate::fs::{FileSystem, PosixFs, ReadMode};
+use crate::hash::{key_hash, partition_of};
 use crate::log::LogReader;
 use crate::piece::PieceReader;
 use crate::tph::Tph;
@@ -95,6 +96,9 @@ pub struct RepairReport {
     pub pieces: usize,
     /// WAL files read.
     pub wals: usize,
+    /// Passes over the files: each salvages the keys of one hash range, so
+    /// that it holds at most about `compaction_memory_bytes` of entries.
+    pub passes: u64,
     /// Damage met: each a file or block whose entries were lost.
     pub lost: Vec<String>,
     /// Where the old files went.
@@ -105,8 +109,13 @@ impl fmt::Display for RepairReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "repaired: {} keys from {} intact entries of {} pieces and {} WALs",
-            self.keys, self.entries_salvaged, self.pieces, self.wals
+            "repaired: {} keys from {} intact entries of {} pieces and {} WALs ({} {})",
+            self.keys,
+            self.entries_salvaged,
+            self.pieces,
+            self.wals,
+            self.passes,
+            if self.passes == 1 { "pass" } else { "passes" }
         )?;
         for l in &self.lost {
             writeln!(f, "lost: {l}")?;
@@ -267,6 +276,28 @@ pub(crate) fn verify(opts: &Options, dir: &Path) -> Result<VerifyReport> {
 /// The newest entry of every key found: `(seq, value)` by key.
 type Salvage = BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>;
 
+/// Memory a salvaged entry takes per byte of the files it came from: the
+/// map's nodes and two allocations per entry, on top of key and value.
+const SALVAGE_BYTES_PER_FILE_BYTE: u64 = 2;
+
+/// Which keys a salvage pass keeps: those in partition `pass` of `passes`.
+#[derive(Clone, Copy)]
+struct Pass {
+    pass: u64,
+    passes: u64,
+}
+
+impl Pass {
+    fn keeps(&self, key: &[u8]) -> bool {
+        partition_of(key_hash(key), self.passes) == self.pass
+    }
+
+    /// The first pass reports what it finds; later ones find the same.
+    fn reports(&self) -> bool {
+        self.pass == 0
+    }
+}
+
 fn keep_newest(s: &mut Salvage, key: &[u8], seq: u64, value: Option<&[u8]>) {
     match s.get(key) {
         Some((old, _)) if *old >= seq => {}
@@ -307,8 +338,7 @@ pub(crate) fn repair(opts: &Options, dir: &Path) -> Result<RepairReport> {
         for name in fs.list(&new_dir).unwrap_or_default() {
             fs.remove(&new_dir.join(name))?;
         }
-        let salvage = salvage(&fs, dir, &mut report)?;
-        build(opts, &fs, &new_dir, salvage, &mut report)?;
+        build(opts, &fs, dir, &new_dir, &mut report)?;
         let listing: String = fs
             .list(&new_dir)?
             .into_iter()
@@ -378,85 +408,88 @@ fn live_files(fs: &Arc<dyn FileSystem>, dir: &Path) -> Option<(HashSet<u64>, u64
     Some((open.into_keys().collect(), state.log_number))
 }
 
-/// Reads every intact entry of the pieces and WALs in `dir`: those the
-/// MANIFEST names when it is intact, all of them otherwise.
-fn salvage(fs: &Arc<dyn FileSystem>, dir: &Path, report: &mut RepairReport) -> Result<Salvage> {
-    let mut s = Salvage::new();
+/// The pieces and WALs repair reads: those the MANIFEST names when it is
+/// intact, all of them otherwise (`false`).
+fn files_to_salvage(fs: &Arc<dyn FileSystem>, dir: &Path) -> Result<(Vec<String>, bool)> {
     let mut names = fs.list(dir)?;
     names.sort();
     let live = live_files(fs, dir);
-    if live.is_none() {
-        report.lost.push(
-            "the MANIFEST or a TPH head is damaged: every piece and WAL was read, \
-             so keys deleted long ago may be back"
-                .into(),
-        );
-    }
-    let fs = fs.as_ref();
-    for name in names {
-        let kind = parse(&name);
-        let skip = match (&live, kind) {
-            (Some((pieces, _)), Some(FileKind::Piece(n))) => !pieces.contains(&n),
-            (Some((_, log_number)), Some(FileKind::Wal(n))) => n < *log_number,
-            _ => false,
-        };
-        if skip {
-            continue;
+    names.retain(|name| match (&live, parse(name)) {
+        (Some((pieces, _)), Some(FileKind::Piece(n))) => pieces.contains(&n),
+        (Some((_, log_number)), Some(FileKind::Wal(n))) => n >= *log_number,
+        (_, Some(FileKind::Piece(_) | FileKind::Wal(_))) => true,
+        _ => false,
+    });
+    Ok((names, live.is_some()))
+}
+
+/// Reads every intact entry of `names` (pieces and WALs in `dir`) whose
+/// key `pass` keeps, the newest version of each key.
+fn salvage(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+    pass: Pass,
+    report: &mut RepairReport,
+) -> Result<Salvage> {
+    let mut s = Salvage::new();
+    let mut keep_newest = |key: &[u8], seq: u64, value: Option<&[u8]>| {
+        if pass.keeps(key) {
+            report.entries_salvaged += 1;
+            keep_newest(&mut s, key, seq, value);
         }
-        match kind {
+    };
+    let mut lost = Vec::new();
+    let (mut pieces, mut wals) = (0, 0);
+    for name in names {
+        match parse(name) {
             Some(FileKind::Piece(_)) => {
-                report.pieces += 1;
-                let piece = match PieceReader::open(fs, &path(dir, &name), ReadMode::Pread) {
+                pieces += 1;
+                let piece = match PieceReader::open(fs, &path(dir, name), ReadMode::Pread) {
                     Ok(p) => p,
                     Err(e) if !e.is_corruption() => return Err(e),
                     Err(e) => {
-                        report
-                            .lost
-                            .push(format!("{name}: unreadable, all its entries lost: {e}"));
+                        lost.push(format!("{name}: unreadable, all its entries lost: {e}"));
                         continue;
                     }
                 };
-                let (entries, lost) = piece.salvage()?;
-                report.entries_salvaged += entries.len() as u64;
-                report.lost.extend(lost);
+                let (entries, damage) = piece.salvage()?;
+                lost.extend(damage);
                 for e in entries {
-                    keep_newest(&mut s, &e.key, e.seq, e.value.as_deref());
+                    keep_newest(&e.key, e.seq, e.value.as_deref());
                 }
             }
             Some(FileKind::Wal(_)) => {
-                report.wals += 1;
+                wals += 1;
                 // Read up to the damage, then keep what came before it.
-                let mut reader = LogReader::new(fs.open_read(&path(dir, &name), ReadMode::Pread)?);
+                let mut reader = LogReader::new(fs.open_read(&path(dir, name), ReadMode::Pread)?);
                 loop {
                     match reader.next_record() {
                         Ok(Some(rec)) => match WriteBatch::decode(&rec) {
                             Ok((seq, batch)) => {
                                 for (i, op) in batch.ops().enumerate() {
-                                    report.entries_salvaged += 1;
                                     let seq = seq + i as u64;
                                     match op {
-                                        BatchOp::Put(k, v) => keep_newest(&mut s, k, seq, Some(v)),
-                                        BatchOp::Delete(k) => keep_newest(&mut s, k, seq, None),
+                                        BatchOp::Put(k, v) => keep_newest(k, seq, Some(v)),
+                                        BatchOp::Delete(k) => keep_newest(k, seq, None),
                                     }
                                 }
                             }
-                            Err(e) => report
-                                .lost
-                                .push(format!("{name}: a batch that does not decode: {e}")),
+                            Err(e) => {
+                                lost.push(format!("{name}: a batch that does not decode: {e}"))
+                            }
                         },
                         Ok(None) => break,
                         Err(e) if !e.is_corruption() => return Err(e),
                         Err(e) => {
-                            report
-                                .lost
-                                .push(format!("{name}: {e}; the rest of the file is lost"));
+                            lost.push(format!("{name}: {e}; the rest of the file is lost"));
                             break;
                         }
                     }
                 }
                 if let Some(t) = reader.tail_drop() {
                     if t.valid_data_follows {
-                        report.lost.push(format!(
+                        lost.push(format!(
                             "{name}: {} bytes from byte {} ({}), intact records among them",
                             t.dropped_bytes, t.offset, t.reason
                         ));
@@ -466,18 +499,42 @@ fn salvage(fs: &Arc<dyn FileSystem>, dir: &Path, report: &mut RepairReport) -> R
             _ => {}
         }
     }
+    if pass.reports() {
+        report.pieces += pieces;
+        report.wals += wals;
+        report.lost.extend(lost);
+    }
     Ok(s)
 }
 
-/// Writes the newest live version of every salvaged key into a new
-/// database in `new_dir`.
+/// Salvages the files of `dir` into a new database in `new_dir`, the
+/// newest live version of every key, in as many passes over hash ranges of
+/// the keys as keep each within `compaction_memory_bytes`.
 fn build(
     opts: &Options,
     fs: &Arc<dyn FileSystem>,
+    dir: &Path,
     new_dir: &Path,
-    salvage: Salvage,
     report: &mut RepairReport,
 ) -> Result<()> {
+    let (names, manifest_intact) = files_to_salvage(fs, dir)?;
+    if !manifest_intact {
+        report.lost.push(
+            "the MANIFEST or a TPH head is damaged: every piece and WAL was read, \
+             so keys deleted long ago may be back"
+                .into(),
+        );
+    }
+    let file_bytes: u64 = names
+        .iter()
+        .map(|n| fs.file_size(&path(dir, n)))
+        .sum::<Result<u64>>()?;
+    let budget = opts.compaction_memory_bytes.max(1) as u64;
+    let passes = file_bytes
+        .saturating_mul(SALVAGE_BYTES_PER_FILE_BYTE)
+        .div_ceil(budget)
+        .clamp(1, 1 << 32);
+    report.passes = passes;
     let opts = Options {
         create_if_missing: true,
         error_if_exists: false,
@@ -489,17 +546,21 @@ fn build(
         disable_wal: true,
         ..WriteOptions::default()
     };
-    let mut batch = WriteBatch::new();
-    for (k, (_, v)) in salvage {
-        if let Some(v) = v {
-            batch.put(&k, &v);
-            report.keys += 1;
+    for pass in 0..passes {
+        let pass = Pass { pass, passes };
+        let salvage = salvage(fs.as_ref(), dir, &names, pass, report)?;
+        let mut batch = WriteBatch::new();
+        for (k, (_, v)) in salvage {
+            if let Some(v) = v {
+                batch.put(&k, &v);
+                report.keys += 1;
+            }
+            if batch.size_in_bytes() >= 1 << 20 {
+                db.write_opt(std::mem::take(&mut batch), &no_wal)?;
+            }
         }
-        if batch.size_in_bytes() >= 1 << 20 {
-            db.write_opt(std::mem::take(&mut batch), &no_wal)?;
-        }
+        db.write_opt(batch, &no_wal)?;
     }
-    db.write_opt(batch, &no_wal)?;
     db.flush()?;
     db.wait_for_compactions()?;
     db.close()

@@ -12,6 +12,7 @@ mod counting;
 mod fault;
 mod lock;
 mod mem;
+mod open_files;
 mod posix;
 
 use std::fmt::Debug;
@@ -26,6 +27,7 @@ pub use counting::{CountingFs, IoCounts};
 pub use fault::{FaultFs, OpKind};
 pub use lock::LockTable;
 pub use mem::MemFs;
+pub(crate) use open_files::OpenFiles;
 pub use posix::PosixFs;
 
 /// How an immutable file is read.

@@ -240,6 +240,14 @@ impl PieceProperties {
         self.table_size + self.overflow_count
     }
 
+    /// Data bytes of `live` of the entries, estimated pro rata. Computed
+    /// in 128 bits: data bytes times entries passes 2^64 for pieces near
+    /// 100 GB.
+    pub(crate) fn data_bytes_of(&self, live: u64) -> u64 {
+        let scaled = self.data_bytes as u128 * live as u128 / self.entry_count.max(1) as u128;
+        scaled.min(u64::MAX as u128) as u64
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(120);
         b.put_u64(self.entry_count);
@@ -323,5 +331,25 @@ impl PieceProperties {
             );
         }
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: live data bytes were `data_bytes * live / entries` in 64
+    /// bits, which overflows for pieces near 100 GB (a panic in debug
+    /// builds, a wrong size that steers compaction in release).
+    #[test]
+    fn live_data_bytes_of_a_100_gb_piece_do_not_overflow() {
+        let p = PieceProperties {
+            entry_count: 400_000_000,
+            data_bytes: 100 << 30,
+            ..PieceProperties::default()
+        };
+        assert_eq!(p.data_bytes_of(400_000_000), 100 << 30);
+        assert_eq!(p.data_bytes_of(200_000_000), 50 << 30);
+        assert_eq!(p.data_bytes_of(0), 0);
     }
 }

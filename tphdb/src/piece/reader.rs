@@ -1,7 +1,7 @@
 //! Reading a piece file.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -25,7 +25,9 @@ const SCAN_READ_BYTES: usize = 1 << 20;
 ///
 /// Keeps in memory only what a lookup needs (paper §4.3): the perfect hash,
 /// the block offset table and the (normally empty) overflow list. A `get`
-/// reads exactly one block. The key-order index is loaded on first use.
+/// reads exactly one block. The key-order index is loaded when a scan needs
+/// it and kept in the block cache, never in the reader: it would grow with
+/// the data.
 #[derive(Debug)]
 pub struct PieceReader {
     name: String,
@@ -36,9 +38,11 @@ pub struct PieceReader {
     /// `(hash, slot)` of entries whose hash repeats another's, by hash.
     overflow: Vec<(u64, u32)>,
     sections: Vec<Section>,
-    sorted: OnceLock<Arc<SortedIndex>>,
     /// The shared block cache and this piece's number in it.
     cache: Option<(Arc<BlockCache>, u64)>,
+    /// Whether blocks go in the cache too (not when mapped: the page cache
+    /// holds them).
+    cache_blocks: bool,
 }
 
 impl PieceReader {
@@ -128,8 +132,8 @@ impl PieceReader {
             blocks,
             overflow,
             sections,
-            sorted: OnceLock::new(),
             cache: None,
+            cache_blocks: false,
         })
     }
 
@@ -222,11 +226,25 @@ impl PieceReader {
         .map_err(|e| e.at(format_args!("{} block {b}", self.name)))
     }
 
-    /// Caches this piece's blocks in `cache` under `number`, which no
-    /// other piece sharing the cache may use.
-    pub fn with_block_cache(mut self, cache: Arc<BlockCache>, number: u64) -> PieceReader {
+    /// Caches this piece's key-order index, and its blocks when
+    /// `cache_blocks`, in `cache` under `number`, which no other piece
+    /// sharing the cache may use.
+    pub fn with_block_cache(
+        mut self,
+        cache: Arc<BlockCache>,
+        number: u64,
+        cache_blocks: bool,
+    ) -> PieceReader {
         self.cache = Some((cache, number));
+        self.cache_blocks = cache_blocks;
         self
+    }
+
+    fn block_cache(&self) -> Option<(&BlockCache, u64)> {
+        match &self.cache {
+            Some((cache, number)) if self.cache_blocks => Some((cache, *number)),
+            _ => None,
+        }
     }
 
     /// Reads and verifies block `b`: one read, or none from the cache.
@@ -237,8 +255,8 @@ impl PieceReader {
     /// [`PieceReader::read_block`], adding a read to `count` unless the
     /// cache had the block.
     fn read_block_counted(&self, b: u64, count: &mut ReadCount) -> Result<Block> {
-        if let Some((cache, number)) = &self.cache {
-            if let Some(block) = cache.get(*number, b) {
+        if let Some((cache, number)) = self.block_cache() {
+            if let Some(block) = cache.get(number, b) {
                 return Ok(block);
             }
         }
@@ -250,8 +268,8 @@ impl PieceReader {
             .read_at(offset, len)
             .map_err(|e| e.at(&self.name))?;
         let block = self.decode_block(b, bytes)?;
-        if let Some((cache, number)) = &self.cache {
-            cache.insert(*number, b, block.clone());
+        if let Some((cache, number)) = self.block_cache() {
+            cache.insert(number, b, block.clone());
         }
         Ok(block)
     }
@@ -264,6 +282,11 @@ impl PieceReader {
     /// The entry in `slot`, if any: one read.
     pub(crate) fn entry_in_slot(&self, slot: u64) -> Result<Option<Entry>> {
         self.entry_counted(slot, &mut ReadCount::default())
+    }
+
+    /// Bytes of block `b` on disk.
+    pub(crate) fn block_bytes(&self, b: u64) -> usize {
+        self.blocks.block(b).1
     }
 
     /// Which block holds `slot`, and where in it.
@@ -334,10 +357,12 @@ impl PieceReader {
         self.file.len()
     }
 
-    /// The key-order index, loaded (and verified) on first use.
+    /// The key-order index, from the cache or loaded (and verified).
     pub(crate) fn sorted_index(&self) -> Result<Arc<SortedIndex>> {
-        if let Some(s) = self.sorted.get() {
-            return Ok(s.clone());
+        if let Some((cache, number)) = &self.cache {
+            if let Some(s) = cache.sorted_index(*number) {
+                return Ok(s);
+            }
         }
         let index = self.section(SectionId::ChunkIndex)?;
         let chunks = self
@@ -345,9 +370,14 @@ impl PieceReader {
             .iter()
             .find(|s| s.id == SectionId::KeyChunks as u32)
             .expect("decode_directory checked that every required section exists");
-        let index = SortedIndex::decode(&index, chunks.offset, chunks.len, &self.props)
-            .map_err(|e| e.at(&self.name))?;
-        Ok(self.sorted.get_or_init(|| Arc::new(index)).clone())
+        let index = Arc::new(
+            SortedIndex::decode(&index, chunks.offset, chunks.len, &self.props)
+                .map_err(|e| e.at(&self.name))?,
+        );
+        if let Some((cache, number)) = &self.cache {
+            cache.insert_sorted_index(*number, index.clone());
+        }
+        Ok(index)
     }
 
     /// Every entry, in slot (storage) order, reading blocks sequentially in

@@ -20,7 +20,7 @@ use super::reader::PieceReader;
 use super::writer::SAMPLE_INTERVAL;
 use crate::error::{Error, Result};
 use crate::util::checksum_matches;
-use crate::util::codec::{u64_at, Decoder, PutExt};
+use crate::util::codec::{u32_at, u64_at, Decoder, PutExt};
 
 const FLAG_TOMBSTONE: u8 = 1;
 
@@ -83,7 +83,8 @@ pub(crate) struct SortedIndex {
     /// Start of each chunk within the section, plus its end.
     chunk_offsets: Bytes,
     first_keys: Bytes,
-    first_key_offsets: Vec<u32>,
+    /// Start of each first key within `first_keys`, plus its end (u32s).
+    first_key_offsets: Bytes,
     total_slots: u64,
 }
 
@@ -108,19 +109,19 @@ impl SortedIndex {
         }
         let offsets_at = d.position();
         let chunk_offsets = index.slice(offsets_at..offsets_at + d.bytes((count + 1) * 8)?.len());
-        let mut first_key_offsets = Vec::with_capacity(count + 1);
-        for _ in 0..=count {
-            first_key_offsets.push(d.u32()?);
-        }
+        let key_offsets_at = d.position();
+        let first_key_offsets =
+            index.slice(key_offsets_at..key_offsets_at + d.bytes((count + 1) * 4)?.len());
+        let key_offset = |i: usize| u32_at(&first_key_offsets, i);
         let keys_at = d.position();
         let keys_len = d.remaining();
         let offsets_ok = (0..count)
             .all(|i| u64_at(&chunk_offsets, i) + 4 <= u64_at(&chunk_offsets, i + 1))
             && u64_at(&chunk_offsets, 0) == 0
             && u64_at(&chunk_offsets, count) == chunks_len;
-        let keys_ok = first_key_offsets[0] == 0
-            && first_key_offsets.windows(2).all(|w| w[0] <= w[1])
-            && first_key_offsets[count] as usize == keys_len;
+        let keys_ok = key_offset(0) == 0
+            && (0..count).all(|i| key_offset(i) <= key_offset(i + 1))
+            && key_offset(count) as usize == keys_len;
         if !offsets_ok || !keys_ok {
             return Err(Error::corruption(
                 "key chunk index",
@@ -139,11 +140,19 @@ impl SortedIndex {
     }
 
     fn chunk_count(&self) -> usize {
-        self.first_key_offsets.len() - 1
+        self.first_key_offsets.len() / 4 - 1
     }
 
     fn first_key(&self, c: usize) -> &[u8] {
-        &self.first_keys[self.first_key_offsets[c] as usize..self.first_key_offsets[c + 1] as usize]
+        let at = |i| u32_at(&self.first_key_offsets, i) as usize;
+        &self.first_keys[at(c)..at(c + 1)]
+    }
+
+    /// Memory the index holds (what a cache charges for it): its section,
+    /// which it keeps as it was read.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        (self.chunk_offsets.len() + self.first_key_offsets.len() + self.first_keys.len()) as u64
+            + std::mem::size_of::<SortedIndex>() as u64
     }
 
     /// Entries in chunk `c`.

@@ -395,10 +395,7 @@ fn pick_victims(
     adds_piece: bool,
 ) -> Vec<bool> {
     let mut victim = vec![false; pieces.len()];
-    let live_bytes = |i: usize| {
-        let p = pieces[i].properties();
-        p.data_bytes * live_counts[i] / p.entry_count.max(1)
-    };
+    let live_bytes = |i: usize| pieces[i].properties().data_bytes_of(live_counts[i]);
     let mut candidates: Vec<usize> = (0..pieces.len()).filter(|&i| !dead[i]).collect();
     for &i in &candidates {
         let entries = pieces[i].properties().entry_count.max(1);

@@ -30,7 +30,7 @@ pub(crate) use merge::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats
 use self::index::GlobalIndex;
 use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
 use crate::error::{Error, Result};
-use crate::fs::{FileSystem, ReadMode};
+use crate::fs::{FileSystem, OpenFiles, ReadMode};
 use crate::hash::key_hash;
 use crate::phf::Phf;
 use crate::piece::{BlockCache, Entry, PieceReader, ReadCount};
@@ -58,17 +58,23 @@ impl std::fmt::Debug for PieceFile {
     }
 }
 
-/// How a database reads its pieces: the read mode, and the block cache
-/// when there is one.
+/// How a database reads its pieces: the read mode, the block cache when
+/// there is one, and the bound on open files (for the modes that keep a
+/// descriptor per piece).
 #[derive(Clone, Debug)]
 pub(crate) struct PieceReads {
     pub(crate) mode: ReadMode,
     pub(crate) cache: Option<Arc<BlockCache>>,
+    pub(crate) open_files: Option<Arc<OpenFiles>>,
 }
 
 impl From<ReadMode> for PieceReads {
     fn from(mode: ReadMode) -> PieceReads {
-        PieceReads { mode, cache: None }
+        PieceReads {
+            mode,
+            cache: None,
+            open_files: None,
+        }
     }
 }
 
@@ -80,9 +86,16 @@ impl PieceFile {
         reads: &PieceReads,
     ) -> Result<Arc<PieceFile>> {
         let path = dir.join(piece_file_name(number));
-        let mut reader = PieceReader::open(fs.as_ref(), &path, reads.mode)?;
+        let file = match &reads.open_files {
+            // A mapped file keeps no descriptor.
+            Some(table) if reads.mode != ReadMode::Mmap => table.open(fs, &path, reads.mode)?,
+            _ => fs.open_read(&path, reads.mode)?,
+        };
+        let mut reader = PieceReader::from_file(file, path.display().to_string())?;
         if let Some(cache) = &reads.cache {
-            reader = reader.with_block_cache(cache.clone(), number);
+            // Mapped pieces have the page cache for their blocks.
+            let cache_blocks = reads.mode != ReadMode::Mmap;
+            reader = reader.with_block_cache(cache.clone(), number, cache_blocks);
         }
         Ok(Arc::new(PieceFile {
             number,
@@ -255,10 +268,7 @@ impl Tph {
         self.pieces
             .iter()
             .zip(&self.live_counts)
-            .map(|(p, &live)| {
-                let props = p.properties();
-                props.data_bytes * live / props.entry_count.max(1)
-            })
+            .map(|(p, &live)| p.properties().data_bytes_of(live))
             .sum()
     }
 

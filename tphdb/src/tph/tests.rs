@@ -49,6 +49,8 @@ impl Harness {
             reads: PieceReads {
                 mode: ReadMode::Pread,
                 cache: Some(Arc::new(BlockCache::new(16 << 10))),
+                // Fewer than a TPH's pieces: files close and reopen.
+                open_files: Some(crate::fs::OpenFiles::new(2)),
             },
         }
     }
