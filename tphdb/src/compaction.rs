@@ -79,8 +79,9 @@ pub(crate) struct Policy {
     pub(crate) l0_compaction_trigger: usize,
     pub(crate) tph_target_bytes: u64,
     pub(crate) max_levels: u32,
-    /// Memory one compaction may hold.
-    pub(crate) job_memory_bytes: u64,
+    /// Memory of input one compaction may hold (the other half of its share
+    /// of `compaction_memory_bytes` is for the index it builds).
+    pub(crate) job_input_bytes: u64,
 }
 
 /// A job to start.
@@ -195,7 +196,7 @@ fn oldest_l0_that_fit(shape: &Shape, policy: &Policy) -> Vec<u64> {
     let (mut oldest, mut used) = (Vec::new(), 0u64);
     for t in shape.l0.iter().rev() {
         used = used.saturating_add(t.merge_bytes);
-        if used > policy.job_memory_bytes && !oldest.is_empty() {
+        if used > policy.job_input_bytes && !oldest.is_empty() {
             break;
         }
         oldest.push(t.head);
@@ -233,7 +234,7 @@ mod tests {
             l0_compaction_trigger: 4,
             tph_target_bytes: 100,
             max_levels: 4,
-            job_memory_bytes: 1000,
+            job_input_bytes: 1000,
         }
     }
 
@@ -282,7 +283,7 @@ mod tests {
             Some(Work::L0ToL1(vec![100, 101, 102, 103, 104]))
         );
         let tight = Policy {
-            job_memory_bytes: 45,
+            job_input_bytes: 45,
             ..p
         };
         assert_eq!(
@@ -291,7 +292,7 @@ mod tests {
         );
         // At least one, however large.
         let tiny = Policy {
-            job_memory_bytes: 1,
+            job_input_bytes: 1,
             ..p
         };
         assert_eq!(

@@ -596,3 +596,31 @@ fn open_piece_files_stay_within_max_open_files() {
     assert_eq!(collect(db.iterator(IteratorMode::Start)).len(), 600);
     assert!(open_pieces(dir.path()) <= 4);
 }
+
+/// A snapshot holds the memtables of its moment after they are flushed;
+/// the memory is reported, and goes with the snapshot.
+#[test]
+fn memtables_a_snapshot_holds_are_reported_until_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DB::open(&small(), dir.path()).unwrap();
+    for i in 0..1000u32 {
+        db.put(format!("k{i}"), [1u8; 100]).unwrap();
+    }
+    let snapshot = db.snapshot();
+    db.flush().unwrap();
+    let pinned = db.stats().pinned_memtable_bytes;
+    assert!(pinned > 100_000, "{pinned} bytes pinned");
+    let all: u64 = db
+        .property_value("tphdb.size-all-mem-tables")
+        .unwrap()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(all >= pinned);
+    assert_eq!(
+        snapshot.get(b"k5").unwrap().as_deref(),
+        Some(&[1u8; 100][..])
+    );
+    drop(snapshot);
+    assert_eq!(db.stats().pinned_memtable_bytes, 0);
+}

@@ -108,7 +108,7 @@ impl Inner {
         change: &mut Change,
     ) -> Result<()> {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
-        let budget = self.job_memory();
+        let budget = self.job_input_bytes();
         let width = targets.end - targets.start;
         let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
         let partitions = version.partitions(level);

@@ -277,9 +277,9 @@ impl Inner {
         self.apply(change, flushed)
     }
 
-    /// The memory one compaction may hold.
-    pub(super) fn job_memory(&self) -> u64 {
-        self.policy.job_memory_bytes
+    /// The input one compaction may hold.
+    pub(super) fn job_input_bytes(&self) -> u64 {
+        self.policy.job_input_bytes
     }
 
     pub(super) fn new_file_number(&self) -> Result<u64> {
@@ -309,6 +309,8 @@ impl Inner {
             max_pieces: self.opts.effective_max_pieces(),
             min_live_ratio: self.opts.min_live_ratio,
             new_number: number,
+            // The other half of the job's share, in 8-byte hashes.
+            index_batch_keys: (self.opts.job_memory_bytes() / 2 / 8).max(1) as usize,
         }
     }
 
@@ -368,6 +370,9 @@ impl Inner {
         if !flushed.is_empty() {
             st.imms
                 .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
+            let mut retired = self.flushed_memtables.lock();
+            retired.retain(|m| m.strong_count() > 0);
+            retired.extend(flushed.iter().map(Arc::downgrade));
         }
         self.install_super_version(&st);
         Ok(())

@@ -195,6 +195,8 @@ pub(crate) struct Inner {
     /// TPHs from the same version, and the second result would drop the
     /// first's writes.
     pub(crate) manual_compaction: Mutex<()>,
+    /// Flushed memtables, which snapshots and iterators may still hold.
+    pub(crate) flushed_memtables: Mutex<Vec<std::sync::Weak<MemTable>>>,
 }
 
 impl Inner {
@@ -465,7 +467,8 @@ impl DB {
     /// A named property: `tphdb.stats` (a report), `tphdb.levelstats`,
     /// `tphdb.num-files-at-level<N>`, `tphdb.estimate-num-keys`,
     /// `tphdb.index-memory-bytes`, `tphdb.cur-size-all-mem-tables`,
-    /// `tphdb.num-immutable-mem-table`.
+    /// `tphdb.num-immutable-mem-table`, `tphdb.size-all-mem-tables` (with
+    /// the flushed memtables snapshots and iterators still hold).
     pub fn property_value(&self, name: &str) -> Result<Option<String>> {
         Ok(self.inner.property(name))
     }

@@ -276,9 +276,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             l0_compaction_trigger: opts.l0_compaction_trigger,
             tph_target_bytes: opts.tph_target_bytes,
             max_levels: opts.max_levels,
-            // An equal share per background thread, as that many run at once.
-            job_memory_bytes: (opts.compaction_memory_bytes / opts.background_threads.max(1)).max(1)
-                as u64,
+            job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
         },
         opts: opts.clone(),
         piece_options,
@@ -298,6 +296,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         shutting_down: AtomicBool::new(false),
         housekeeper: Mutex::new(None),
         manual_compaction: Mutex::new(()),
+        flushed_memtables: Mutex::new(Vec::new()),
     });
     if !read_only {
         // A failed start must not leave threads holding the database (and

@@ -90,11 +90,14 @@ pub struct Options {
     /// TPHs add up past 1% extra reads, 10 bits keep them under it for
     /// about 0.27 more index bytes per key.
     pub signature_bits: u32,
-    /// Input the running compactions together hold in memory, shared
-    /// equally by the `background_threads`. A level-0 compaction takes the
-    /// oldest level-0 TPHs that fit its share; a larger input is merged in
-    /// several passes over ranges of the target partitions, each reading
-    /// the inputs again.
+    /// Memory the running compactions together hold (128 MiB), shared
+    /// equally by the `background_threads`; half of a share is for input,
+    /// half for the global indexes a compaction rebuilds. A level-0
+    /// compaction takes the oldest level-0 TPHs that fit; a larger input is
+    /// merged in several passes over ranges of the target partitions, each
+    /// reading the inputs again. A TPH's index is rebuilt from its pieces'
+    /// key hashes, streamed, its perfect hash built a batch of segments at a
+    /// time within the index half (8 bytes per key in a batch).
     pub compaction_memory_bytes: usize,
     /// Threads for compactions (a fixed pool); flushes have a thread of
     /// their own besides.
@@ -183,6 +186,13 @@ impl Options {
             Some(b) => (b / (1 + self.max_immutable_memtables)).max(64 << 10),
             None => self.write_buffer_size,
         }
+    }
+
+    /// The memory one compaction may hold: an equal share of
+    /// `compaction_memory_bytes` per background thread, as that many run at
+    /// once. Half is for its input, half for the global indexes it builds.
+    pub(crate) fn job_memory_bytes(&self) -> u64 {
+        (self.compaction_memory_bytes / self.background_threads.max(1)).max(1) as u64
     }
 
     /// `max_pieces` after applying `single_tier`.

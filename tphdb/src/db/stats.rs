@@ -121,6 +121,9 @@ pub struct DbStats {
     pub memtable_bytes: u64,
     /// Frozen memtables waiting to be flushed.
     pub immutable_memtables: u64,
+    /// Bytes of flushed memtables that snapshots and iterators still hold:
+    /// each pins the memtables of its moment until it is dropped.
+    pub pinned_memtable_bytes: u64,
     /// Per level, from level 0.
     pub levels: Vec<LevelStats>,
     /// Memtable flushes.
@@ -237,6 +240,13 @@ impl Inner {
             index_bytes_per_key: ratio(global + local, stored),
             memtable_bytes,
             immutable_memtables: sv.imms.len() as u64,
+            pinned_memtable_bytes: self
+                .flushed_memtables
+                .lock()
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .map(|m| m.memory_bytes() as u64)
+                .sum(),
             levels,
             flushes: s.flushes.load(Relaxed),
             flush_micros: s.flush_micros.load(Relaxed),
@@ -271,6 +281,9 @@ impl Inner {
             "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
             "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),
             "tphdb.num-immutable-mem-table" => Some(stats.immutable_memtables.to_string()),
+            "tphdb.size-all-mem-tables" => {
+                Some((stats.memtable_bytes + stats.pinned_memtable_bytes).to_string())
+            }
             _ => {
                 let level: usize = name
                     .strip_prefix("tphdb.num-files-at-level")?

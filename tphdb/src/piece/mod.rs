@@ -22,7 +22,7 @@ pub use block_index::MAX_SEGMENT_BYTES;
 pub use cache::BlockCache;
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use format::{Compression, PieceProperties};
-pub(crate) use reader::{HashSection, ReadCount};
+pub(crate) use reader::ReadCount;
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;
 pub(crate) use writer::write_piece_with_sections;

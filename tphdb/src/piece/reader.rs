@@ -21,6 +21,10 @@ use crate::util::codec::{u64_at, Decoder};
 /// Slot-order iteration reads this many bytes of blocks per call.
 const SCAN_READ_BYTES: usize = 1 << 20;
 
+/// [`PieceReader::for_each_key_hash`] reads the key hashes this many bytes
+/// at a time (a multiple of the 16 bytes of a pair).
+const HASH_CHUNK_BYTES: u64 = 1 << 20;
+
 /// An open piece file.
 ///
 /// Keeps in memory only what a lookup needs (paper §4.3): the perfect hash,
@@ -331,6 +335,55 @@ impl PieceReader {
         Ok(s)
     }
 
+    /// Calls `f` with `(key_hash, key_hash2)` of every entry, ascending,
+    /// reading the key-hash section in chunks of [`HASH_CHUNK_BYTES`]: the
+    /// memory it takes does not grow with the piece. Order and count are
+    /// checked as it goes, the section's checksum at the end: on an error
+    /// `f` may have seen entries of a damaged section, and the caller must
+    /// discard what it made of them.
+    pub(crate) fn for_each_key_hash(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
+        let section = self
+            .sections
+            .iter()
+            .find(|s| s.id == SectionId::Hashes as u32)
+            .expect("decode_directory checked that every required section exists");
+        let bad = |what: String| {
+            Error::corruption(
+                "key hashes",
+                format!("{} ascending hash pairs", self.props.entry_count),
+                what,
+            )
+            .at(&self.name)
+        };
+        if section.len != self.props.entry_count * 16 {
+            return Err(bad(format!("{} bytes", section.len)));
+        }
+        let (mut crc, mut at, mut prev) = (0u32, 0u64, (0u64, 0u64));
+        while at < section.len {
+            let n = (section.len - at).min(HASH_CHUNK_BYTES) as usize;
+            let chunk = self.read_range(section.offset + at, n)?;
+            crc = crc32c::crc32c_append(crc, &chunk);
+            for i in 0..n / 16 {
+                let pair = (u64_at(&chunk, 2 * i), u64_at(&chunk, 2 * i + 1));
+                if pair < prev {
+                    return Err(bad(format!("{pair:?} after {prev:?}")));
+                }
+                prev = pair;
+                f(pair.0, pair.1);
+            }
+            at += n as u64;
+        }
+        if !checksum_matches(section.crc, crc) {
+            return Err(Error::corruption(
+                "key hashes section checksum",
+                format!("{:#010x}", section.crc),
+                format!("{crc:#010x}"),
+            )
+            .at(&self.name));
+        }
+        Ok(())
+    }
+
     /// A caller-defined section (see `write_piece_with_sections`), verified.
     pub(crate) fn extra_section(&self, id: u32) -> Result<Option<Bytes>> {
         let Some(s) = self.sections.iter().find(|s| s.id == id) else {
@@ -414,22 +467,12 @@ impl HashSection {
         self.0.len() / 16
     }
 
-    pub(crate) fn bytes(&self) -> usize {
-        self.0.len()
-    }
-
     pub(crate) fn get(&self, i: usize) -> (u64, u64) {
         (u64_at(&self.0, 2 * i), u64_at(&self.0, 2 * i + 1))
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         (0..self.len()).map(|i| self.get(i))
-    }
-
-    /// Whether some entry has key hash `h`.
-    pub(crate) fn contains_hash(&self, h: u64) -> bool {
-        let i = self.lower_bound((h, 0));
-        i < self.len() && self.get(i).0 == h
     }
 
     /// Whether some entry has exactly these two hashes.

@@ -37,6 +37,49 @@ pub(crate) struct GlobalIndex {
     pub(crate) exceptions: Vec<Exception>,
 }
 
+/// The slot section being filled: `sig << piece_bits | piece_field` per
+/// slot, bit-packed, every slot empty until set. Takes the section's size
+/// and no more, so building an index holds no per-key list of fields.
+pub(crate) struct SlotTable {
+    out: Vec<u8>,
+    width: usize,
+    piece_bits: u32,
+}
+
+/// Bytes before the packed slots: their count.
+const SLOTS_HEADER_BYTES: usize = 8;
+
+impl SlotTable {
+    pub(crate) fn new(slots: usize, sig_bits: u32, piece_bits: u32) -> SlotTable {
+        let width = (sig_bits + piece_bits) as usize;
+        let mut out = Vec::with_capacity(SLOTS_HEADER_BYTES + (slots * width).div_ceil(8) + 8);
+        out.put_u64(slots as u64);
+        out.resize(SLOTS_HEADER_BYTES + (slots * width).div_ceil(8) + 8, 0);
+        SlotTable {
+            out,
+            width,
+            piece_bits,
+        }
+    }
+
+    /// Sets `slot` (replacing what it held).
+    pub(crate) fn set(&mut self, slot: usize, sig: u64, piece: u32) {
+        let v = (sig << self.piece_bits) | piece as u64;
+        debug_assert!(v < 1 << self.width);
+        let bit = slot * self.width;
+        let at = SLOTS_HEADER_BYTES + bit / 8;
+        let mask = ((1u64 << self.width) - 1) << (bit % 8);
+        let word = u64::from_le_bytes(self.out[at..at + 8].try_into().expect("8 bytes"));
+        let word = (word & !mask) | (v << (bit % 8));
+        self.out[at..at + 8].copy_from_slice(&word.to_le_bytes());
+    }
+
+    /// The section.
+    pub(crate) fn finish(self) -> Vec<u8> {
+        self.out
+    }
+}
+
 /// Bits needed to store values `0..=max`.
 pub(crate) fn bits_for(max: u64) -> u32 {
     64 - max.leading_zeros()
@@ -106,21 +149,13 @@ impl GlobalIndex {
     }
 
     /// Packs `fields` (one per slot) into the slot section.
+    #[cfg(test)]
     pub(crate) fn encode_slots(fields: &[(u64, u32)], sig_bits: u32, piece_bits: u32) -> Vec<u8> {
-        let width = (sig_bits + piece_bits) as usize;
-        let mut out = Vec::with_capacity(8 + (fields.len() * width).div_ceil(8) + 8);
-        out.put_u64(fields.len() as u64);
-        let body = out.len();
-        out.resize(body + (fields.len() * width).div_ceil(8) + 8, 0);
+        let mut t = SlotTable::new(fields.len(), sig_bits, piece_bits);
         for (i, &(sig, piece)) in fields.iter().enumerate() {
-            let v = (sig << piece_bits) | piece as u64;
-            let bit = i * width;
-            let at = body + bit / 8;
-            let mut word = u64::from_le_bytes(out[at..at + 8].try_into().expect("8 bytes"));
-            word |= v << (bit % 8);
-            out[at..at + 8].copy_from_slice(&word.to_le_bytes());
+            t.set(i, sig, piece);
         }
-        out
+        t.finish()
     }
 
     pub(crate) fn encode_exceptions(exceptions: &[Exception]) -> Vec<u8> {

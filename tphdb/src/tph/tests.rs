@@ -43,6 +43,12 @@ impl Harness {
             max_pieces,
             options: PieceOptions {
                 page_size: 256,
+                // Small segments, built a few at a time (index_batch_keys):
+                // global indexes take several passes over the keys.
+                phf: crate::phf::PhfConfig {
+                    segment_keys: 64,
+                    ..crate::phf::PhfConfig::default()
+                },
                 ..PieceOptions::default()
             },
             // Small enough that blocks are evicted while the tests run.
@@ -80,6 +86,7 @@ impl Harness {
             max_pieces: self.max_pieces,
             min_live_ratio: 0.2,
             new_number: self.next_number,
+            index_batch_keys: 128,
         };
         self.next_number += 1;
         let outcome = merge(&ctx, self.tph.as_deref(), delta).unwrap();

@@ -18,6 +18,12 @@ const MAX_ATTEMPTS: u32 = 10;
 const SAME_SIZE_ATTEMPTS: u32 = 2;
 const FIRST_GROWTH: f64 = 0.05;
 
+thread_local! {
+    // Reused across builds: the search buffers are a few hundred KiB per
+    // segment and page-faulting them in anew costs more than the search.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
 pub(super) struct BuildOutput {
     pub(super) n: u64,
     pub(super) records: Vec<SegmentRecord>,
@@ -69,11 +75,6 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
         .unwrap_or_else(|| default_keys_per_bucket(config.table_factor));
     let (mixed, starts) = partition(hashes, config.seed, segments);
 
-    thread_local! {
-        // Reused across builds: the search buffers are a few hundred KiB per
-        // segment and page-faulting them in anew costs more than the search.
-        static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-    }
     let outs: Vec<Result<SegmentOut>> = (0..segments as usize)
         .into_par_iter()
         .map(|j| {
@@ -84,23 +85,10 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
         })
         .collect();
 
-    let mut out = BuildOutput {
-        n: 0,
-        records: Vec::with_capacity(segments as usize),
-        pilots: Vec::new(),
-        remap: Vec::new(),
-        duplicates: Vec::new(),
-    };
+    let mut out = BuildOutput::with_segments(segments);
     let mut mixed_duplicates = HashSet::new();
     for seg in outs {
-        let seg = seg?;
-        out.n += seg.keys;
-        out.records.push(seg.record);
-        out.pilots.extend_from_slice(&seg.pilots);
-        for r in seg.remap {
-            out.remap.extend_from_slice(&r.to_le_bytes());
-        }
-        mixed_duplicates.extend(seg.duplicates);
+        out.append(seg?, &mut mixed_duplicates);
     }
     if !mixed_duplicates.is_empty() {
         // Report the caller's hashes, not the mixed ones.
@@ -109,6 +97,105 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
                 out.duplicates.push(h);
             }
         }
+    }
+    Ok(out)
+}
+
+impl BuildOutput {
+    fn with_segments(segments: u64) -> BuildOutput {
+        BuildOutput {
+            n: 0,
+            records: Vec::with_capacity(segments as usize),
+            pilots: Vec::new(),
+            remap: Vec::new(),
+            duplicates: Vec::new(),
+        }
+    }
+
+    /// Adds the next segment; its repeated hashes (mixed) go to `duplicates`.
+    fn append(&mut self, seg: SegmentOut, duplicates: &mut HashSet<u64>) {
+        self.n += seg.keys;
+        self.records.push(seg.record);
+        self.pilots.extend_from_slice(&seg.pilots);
+        for r in seg.remap {
+            self.remap.extend_from_slice(&r.to_le_bytes());
+        }
+        duplicates.extend(seg.duplicates);
+    }
+}
+
+/// Visits every hash of a build's input, each time it is called, in the
+/// same order.
+pub(crate) type HashSource<'a> = dyn FnMut(&mut dyn FnMut(u64)) -> Result<()> + 'a;
+
+/// [`build`] over `n` hashes that `source` yields, holding about
+/// `batch_keys` of them at a time: the segments are built in batches, each
+/// batch a pass over the source collecting the hashes of its segments, and
+/// one more pass maps repeated hashes back if there were any. Gives the
+/// same function as `build` over the same hashes in the same order.
+pub(super) fn build_streamed(
+    n: u64,
+    source: &mut HashSource<'_>,
+    config: &PhfConfig,
+    batch_keys: usize,
+) -> Result<BuildOutput> {
+    if n == 0 {
+        return Ok(BuildOutput::with_segments(0));
+    }
+    if n > u32::MAX as u64 * 64 {
+        return Err(Error::InvalidArgument(format!(
+            "perfect hash over {n} keys exceeds the limit of 2^38"
+        )));
+    }
+    let segments = n.div_ceil(config.segment_keys as u64);
+    let lambda = config
+        .keys_per_bucket
+        .unwrap_or_else(|| default_keys_per_bucket(config.table_factor));
+    let per_batch = (batch_keys / config.segment_keys).max(1) as u64;
+    let mut out = BuildOutput::with_segments(segments);
+    let mut mixed_duplicates = HashSet::new();
+    let mut first = 0;
+    while first < segments {
+        let end = (first + per_batch).min(segments);
+        // Segments get about n / segments keys each: allocate that (and a
+        // little more) up front rather than let the vectors double.
+        let expected = (n / segments + n / segments / 16 + 64) as usize;
+        let mut keys: Vec<Vec<u64>> = (first..end).map(|_| Vec::with_capacity(expected)).collect();
+        let mut seen = 0u64;
+        source(&mut |h| {
+            seen += 1;
+            let hx = mix64(h, config.seed);
+            let j = mul_high(hx, segments);
+            if (first..end).contains(&j) {
+                keys[(j - first) as usize].push(hx);
+            }
+        })?;
+        if seen != n {
+            return Err(Error::InvalidArgument(format!(
+                "a streamed perfect-hash build expected {n} hashes, its source gave {seen}"
+            )));
+        }
+        let outs: Vec<Result<SegmentOut>> = keys
+            .par_iter()
+            .enumerate()
+            .map(|(i, keys)| {
+                let index = first + i as u64;
+                SCRATCH.with_borrow_mut(|scratch| {
+                    build_segment(keys, index, segments, lambda, config, scratch)
+                })
+            })
+            .collect();
+        for seg in outs {
+            out.append(seg?, &mut mixed_duplicates);
+        }
+        first = end;
+    }
+    if !mixed_duplicates.is_empty() {
+        source(&mut |h| {
+            if mixed_duplicates.remove(&mix64(h, config.seed)) {
+                out.duplicates.push(h);
+            }
+        })?;
     }
     Ok(out)
 }

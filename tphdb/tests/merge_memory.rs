@@ -1,0 +1,95 @@
+//! The memory a merge holds, measured with a counting allocator (this test
+//! binary's own, so nothing else runs beside it).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use tphdb::{Options, DB};
+
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let now = CURRENT.fetch_add(layout.size(), Relaxed) + layout.size();
+        PEAK.fetch_max(now, Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        CURRENT.fetch_sub(layout.size(), Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap held at the peak of `f`, above what was held when it started.
+fn peak_during(f: impl FnOnce()) -> usize {
+    let start = CURRENT.load(Relaxed);
+    PEAK.store(start, Relaxed);
+    f();
+    PEAK.load(Relaxed) - start
+}
+
+/// Regression: merging even one key into a TPH held about 80 bytes per live
+/// key of the whole TPH (its key hashes, a list of its live keys, a byte
+/// per slot, the perfect-hash build over all of them), outside any memory
+/// bound; in one-level mode every flush merges into TPHs holding the whole
+/// database. The base's keys are now streamed from its pieces and its
+/// perfect hash built a batch of segments at a time, within the index half
+/// of `compaction_memory_bytes`.
+#[test]
+fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
+    // The real file system, mapped: files are not heap, as in MemFs.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        one_level: true,
+        fanout: 2,
+        write_buffer_size: 64 << 20,
+        // 1 MiB per job: index batches of 64K hashes.
+        compaction_memory_bytes: 2 << 20,
+        phf_segment_keys: 1 << 12,
+        background_threads: 2,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let keys = 800_000u32;
+    for i in 0..keys {
+        db.put(i.to_be_bytes(), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let level1 = &db.stats().levels[1];
+    assert_eq!(level1.live_entries, keys as u64);
+    assert_eq!(level1.tphs, 2);
+
+    // A first small merge lets go of what the load left (its memtable
+    // goes with the super-version it was last read through).
+    db.put(b"warm", b"up").unwrap();
+    db.flush().unwrap();
+    db.put(b"one more", b"key").unwrap();
+    let peak = peak_during(|| db.flush().unwrap());
+    // What stays is the new TPH's index: about 2 bytes per key (packed
+    // slots and the perfect hash). What goes: a bit per slot, a batch of
+    // hashes (64K here), the file's write buffer (1 MiB). The merge used
+    // to hold 80 bytes per key of the TPH, 32 MB here.
+    let tph_keys = (keys / 2) as usize;
+    let bound = (4 << 20) + 3 * tph_keys;
+    eprintln!(
+        "peak {peak} bytes during the flush ({:.2} per key of the TPH), bound {bound}",
+        peak as f64 / tph_keys as f64
+    );
+    assert!(peak < bound, "{peak} bytes held, bound {bound}");
+    assert_eq!(db.get(b"one more").unwrap().as_deref(), Some(&b"key"[..]));
+    assert_eq!(
+        db.get(7u32.to_be_bytes()).unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+}
