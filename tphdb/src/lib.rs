@@ -9,6 +9,8 @@ mod cursor;
 mod db;
 mod error;
 mod filename;
+#[cfg(test)]
+mod fixtures;
 pub mod fs;
 #[doc(hidden)]
 pub mod fuzzing;

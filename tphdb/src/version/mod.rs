@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub(crate) use edit::{Layout, VersionEdit};
+#[cfg(test)]
+pub(crate) use set::encode_current;
 pub(crate) use set::{decode_current, RecoveredState, VersionSet};
 
 use crate::error::{Error, Result};

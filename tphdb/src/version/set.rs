@@ -55,7 +55,7 @@ impl RecoveredState {
 }
 
 /// The CURRENT file: the MANIFEST name and a CRC32C of it.
-fn encode_current(manifest: &str) -> String {
+pub(crate) fn encode_current(manifest: &str) -> String {
     format!(
         "{manifest}\ncrc32c={:08x}\n",
         crc32c::crc32c(manifest.as_bytes())

@@ -325,3 +325,82 @@ proptest! {
         }
     }
 }
+
+/// `b` as docs/format.md states it, written from the text alone: the
+/// dense count from an IEEE double product, `T` as a constant, the two
+/// multipliers as exact quotients, `mulhi` in 128 bits.
+fn spec_bucket(buckets: u32, rem: u64) -> u64 {
+    let b = buckets as u128;
+    let dense = ((0.3f64 * buckets as f64).round() as u128).clamp(1, b - 1);
+    let t: u128 = 0x9999_9999_9999_9800;
+    let two64: u128 = 1 << 64;
+    let dense_mul = dense * two64 / t;
+    let sparse_mul = (b - dense) * two64 / (two64 - t);
+    let mulhi = |a: u128, m: u128| (a * m) >> 64;
+    let rem = rem as u128;
+    (if rem < t {
+        mulhi(rem, dense_mul)
+    } else {
+        dense + mulhi(rem - t, sparse_mul)
+    }) as u64
+}
+
+/// Regression: docs/format.md stated `T = floor(0.6 * 2^64)` and `b =
+/// floor(rem * dense / T)` while the code used the double nearest
+/// `0.6 * 2^64` (409 below) and a precomputed multiplier; they disagree on
+/// hundreds of values next to bucket boundaries, so a reader written from
+/// the spec would send keys to the wrong slot. The spec now states the
+/// code's arithmetic (format version 1, which every existing file uses).
+#[test]
+fn the_bucket_mapping_is_the_one_the_spec_states() {
+    let mut rng = fastrand::Rng::with_seed(11);
+    let t = 0x9999_9999_9999_9800u64;
+    let mut differing = 0;
+    for round in 0..2000u32 {
+        let buckets = match round % 4 {
+            0 => rng.u32(2..64),
+            1 => rng.u32(2..1 << 16),
+            2 => rng.u32(2..u32::MAX),
+            _ => [2, 3, 5, 7, 1 << 16, u32::MAX][rng.usize(..6)],
+        };
+        let shape = super::Shape::new(buckets, 1 << 20, 0, 1);
+        let check = |rem: u64| {
+            let got = shape.bucket(rem);
+            assert_eq!(
+                got,
+                spec_bucket(buckets, rem),
+                "buckets {buckets}, rem {rem:#x}"
+            );
+            assert!(got < buckets as u64);
+        };
+        for rem in [0, 1, t - 1, t, t + 1, u64::MAX, u64::MAX - 1] {
+            check(rem);
+        }
+        // Next to bucket boundaries, where readings of the text differ.
+        let b = buckets as u128;
+        let dense = ((0.3f64 * buckets as f64).round() as u128).clamp(1, b - 1);
+        let dense_mul = dense * (1 << 64) / t as u128;
+        for _ in 0..20 {
+            let k = rng.u64(1..dense as u64 + 1) as u128;
+            let edge = ((k << 64).div_ceil(dense_mul)).min(t as u128 - 1) as u64;
+            for rem in edge.saturating_sub(3)..edge.saturating_add(3) {
+                check(rem);
+                if old_text_bucket(buckets, rem) != spec_bucket(buckets, rem) {
+                    differing += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        differing > 100,
+        "the old text differs near boundaries: {differing}"
+    );
+}
+
+/// `b` as docs/format.md used to state it: exact `T`, `floor(rem * dense /
+/// T)` (the dense side only).
+fn old_text_bucket(buckets: u32, rem: u64) -> u64 {
+    let dense = ((0.3f64 * buckets as f64).round() as u128).clamp(1, buckets as u128 - 1);
+    let t = (6u128 << 64) / 10;
+    (rem as u128 * dense / t) as u64
+}
