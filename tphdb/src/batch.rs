@@ -10,7 +10,7 @@
 //! `seq` is the sequence number of the first op; op `i` gets `seq + i`.
 
 use crate::error::{Error, Result};
-use crate::piece::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use crate::piece::check_limits;
 use crate::util::codec::{Decoder, PutExt};
 
 const HEADER: usize = 12;
@@ -40,14 +40,6 @@ impl Default for WriteBatch {
 pub(crate) enum BatchOp<'a> {
     Put(&'a [u8], &'a [u8]),
     Delete(&'a [u8]),
-}
-
-impl<'a> BatchOp<'a> {
-    pub(crate) fn key(&self) -> &'a [u8] {
-        match *self {
-            BatchOp::Put(k, _) | BatchOp::Delete(k) => k,
-        }
-    }
 }
 
 impl WriteBatch {
@@ -116,19 +108,9 @@ impl WriteBatch {
     /// Rejects keys and values over the limits before anything is logged.
     pub(crate) fn validate(&self) -> Result<()> {
         for op in self.ops() {
-            if op.key().len() > MAX_KEY_BYTES {
-                return Err(Error::InvalidArgument(format!(
-                    "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
-                    op.key().len()
-                )));
-            }
-            if let BatchOp::Put(_, v) = op {
-                if v.len() > MAX_VALUE_BYTES {
-                    return Err(Error::InvalidArgument(format!(
-                        "value of {} bytes exceeds the limit of {MAX_VALUE_BYTES}",
-                        v.len()
-                    )));
-                }
+            match op {
+                BatchOp::Put(k, v) => check_limits(k, Some(v))?,
+                BatchOp::Delete(k) => check_limits(k, None)?,
             }
         }
         Ok(())

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rayon::prelude::*;
 
+use crate::db::Direction;
 use crate::error::Result;
 use crate::tph::PieceFile;
 
@@ -77,12 +78,6 @@ pub(crate) trait Cursor: Send {
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()>;
     fn next(&mut self) -> Result<()>;
     fn prev(&mut self) -> Result<()>;
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Direction {
-    Forward,
-    Backward,
 }
 
 /// Merges cursors ordered newest first: each key is yielded once, from the
@@ -181,7 +176,7 @@ impl Cursor for MergingCursor<'_> {
 
     fn seek_to_last(&mut self) -> Result<()> {
         self.each(|c| c.seek_to_last())?;
-        self.direction = Direction::Backward;
+        self.direction = Direction::Reverse;
         self.pick_largest();
         Ok(())
     }
@@ -195,7 +190,7 @@ impl Cursor for MergingCursor<'_> {
 
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         self.each(|c| c.seek_for_prev(target))?;
-        self.direction = Direction::Backward;
+        self.direction = Direction::Reverse;
         self.pick_largest();
         Ok(())
     }
@@ -205,7 +200,7 @@ impl Cursor for MergingCursor<'_> {
             return Ok(());
         };
         let key = self.children[cur].key().to_vec();
-        if self.direction == Direction::Backward {
+        if self.direction == Direction::Reverse {
             // Children sit at or before `key`: move every one past it.
             for c in &mut self.children {
                 c.seek(&key)?;
@@ -237,7 +232,7 @@ impl Cursor for MergingCursor<'_> {
                     c.prev()?;
                 }
             }
-            self.direction = Direction::Backward;
+            self.direction = Direction::Reverse;
         } else {
             for c in &mut self.children {
                 if c.valid() && c.key() == key.as_slice() {

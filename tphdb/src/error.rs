@@ -40,11 +40,23 @@ pub enum Error {
     /// A perfect hash could not be built within its attempt budget.
     #[error("perfect hash construction failed: {0}")]
     PhfBuild(String),
-    /// The database accepts no writes: it was opened read-only, or a write
-    /// or sync failed (the page cache may have dropped data, so retrying
-    /// could lie); reopen it to recover.
+    /// The database was opened with `open_for_read_only`: it takes no
+    /// writes.
     #[error("database is read-only: {0}")]
     ReadOnly(String),
+    /// Writes stopped after an error whose effect on disk is unknown (a
+    /// failed sync: the page cache may have dropped data, so retrying could
+    /// lie). Reads go on; reopen the database to write again. The text is
+    /// the error that stopped them.
+    #[error("writes stopped after an earlier error; reopen the database: {0}")]
+    Poisoned(String),
+    /// The data is of a format version this build of tphdb does not know
+    /// (written by a newer one).
+    #[error("unsupported format: {0}")]
+    Unsupported(String),
+    /// A bug in tphdb: an internal invariant did not hold.
+    #[error("internal error (a bug in tphdb): {0}")]
+    Internal(String),
     /// Another process (or handle) has the database open.
     #[error("database is in use: {0}")]
     Busy(String),
@@ -71,6 +83,9 @@ impl Clone for Error {
             Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
             Error::PhfBuild(m) => Error::PhfBuild(m.clone()),
             Error::ReadOnly(m) => Error::ReadOnly(m.clone()),
+            Error::Poisoned(m) => Error::Poisoned(m.clone()),
+            Error::Unsupported(m) => Error::Unsupported(m.clone()),
+            Error::Internal(m) => Error::Internal(m.clone()),
             Error::Busy(m) => Error::Busy(m.clone()),
         }
     }

@@ -48,6 +48,29 @@ pub(crate) fn parse(name: &str) -> Option<FileKind> {
     }
 }
 
+/// Whether `name` is a WAL whose writes are all flushed, as the MANIFEST's
+/// `log_number` says: such WALs are deleted, never replayed.
+pub(crate) fn is_flushed_wal(name: &str, log_number: u64) -> bool {
+    matches!(parse(name), Some(FileKind::Wal(n)) if n < log_number)
+}
+
+/// The WALs among `names` whose writes may not be flushed, in the order
+/// open replays them.
+pub(crate) fn unflushed_wals<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    log_number: u64,
+) -> Vec<u64> {
+    let mut wals: Vec<u64> = names
+        .into_iter()
+        .filter_map(|n| match parse(n) {
+            Some(FileKind::Wal(n)) if n >= log_number => Some(n),
+            _ => None,
+        })
+        .collect();
+    wals.sort_unstable();
+    wals
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

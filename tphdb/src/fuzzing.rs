@@ -114,7 +114,8 @@ pub fn replay_manifest(bytes: &[u8]) -> Result<String> {
     let dir = Path::new("/db");
     let name = "MANIFEST-000001";
     fs.write_file(&dir.join(name), bytes.to_vec());
-    let current = format!("{name}\ncrc32c={:08x}\n", crc32c::crc32c(name.as_bytes()));
+    // No recorded length: the target explores the MANIFEST's own rules.
+    let current = crate::version::encode_current(name, 0);
     fs.write_file(&dir.join("CURRENT"), current.into_bytes());
     Ok(format!("{:?}", VersionSet::read_state(&fs, dir)?))
 }
@@ -165,7 +166,7 @@ pub fn db_open(data: &[u8]) {
     }
     let Some(m) = manifest else { return };
     let name = format!("MANIFEST-{m:06}");
-    let current = format!("{name}\ncrc32c={:08x}\n", crc32c::crc32c(name.as_bytes()));
+    let current = crate::version::encode_current(&name, 0);
     fs.write_file(&dir.join("CURRENT"), current.into_bytes());
     let opts = Options {
         file_system: Some(std::sync::Arc::new(fs.clone())),

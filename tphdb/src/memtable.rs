@@ -72,6 +72,21 @@ impl MemTable {
         self.map.is_empty()
     }
 
+    /// Inserts every operation of `batch`, the first with sequence number
+    /// `seq`; returns the user bytes (keys and values) it holds.
+    pub(crate) fn insert_batch(&self, seq: u64, batch: &crate::batch::WriteBatch) -> u64 {
+        let mut user_bytes = 0u64;
+        for (i, op) in batch.ops().enumerate() {
+            let (key, value) = match op {
+                crate::batch::BatchOp::Put(k, v) => (k, Some(v)),
+                crate::batch::BatchOp::Delete(k) => (k, None),
+            };
+            user_bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+            self.insert(key, seq + i as u64, value);
+        }
+        user_bytes
+    }
+
     pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
         let charge = key.len() + value.map_or(0, |v| v.len()) + ENTRY_OVERHEAD;
         self.memory.fetch_add(charge, Relaxed);

@@ -174,7 +174,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
                 }
             }
             // Writes stopped earlier: this one was not even tried.
-            Err(tphdb::Error::ReadOnly(_)) => break,
+            Err(tphdb::Error::Poisoned(_)) => break,
             Err(_) => {
                 unknown = is_write.then(|| op.clone());
                 break;
@@ -531,7 +531,7 @@ fn a_failed_sync_makes_the_database_read_only_until_reopened() {
     };
     assert!(db.put_opt(b"b", b"2", &sync).is_err());
     let e = db.put(b"c", b"3").unwrap_err();
-    assert!(matches!(e, tphdb::Error::ReadOnly(_)), "{e}");
+    assert!(matches!(e, tphdb::Error::Poisoned(_)), "{e}");
     assert_eq!(
         db.get(b"a").unwrap().as_deref(),
         Some(&b"1"[..]),

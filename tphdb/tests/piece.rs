@@ -54,7 +54,7 @@ fn assert_entry(got: Option<Entry>, key: &[u8], want: &(Option<Vec<u8>>, u64)) {
 
 /// Checks every way of reading `model` back from the piece at `path`.
 fn check_piece(fs: &dyn FileSystem, path: &Path, model: &Model, mode: ReadMode) {
-    let r = PieceReader::open(fs, path, mode).unwrap();
+    let r = PieceReader::open_with(fs, path, mode, true).unwrap();
     assert_eq!(r.len(), model.len());
     for (k, v) in model {
         assert_entry(r.get(k).unwrap(), k, v);
@@ -425,4 +425,22 @@ fn checksummed_but_absurd_properties_fail_cleanly() {
     reseal_section(&mut same, 1, |_| {});
     fs.write_file(&path, same);
     check_piece(&fs, &path, &model, ReadMode::Pread);
+}
+
+/// Regression: a crafted PtrHash piece with a valid checksum could make the
+/// epserde loader misbehave, and every reader loaded PtrHash pieces. They
+/// are now read only when the caller asks for PtrHash.
+#[test]
+fn ptrhash_pieces_are_read_only_when_asked_for() {
+    let fs = MemFs::new();
+    let path = Path::new("/p.ph");
+    let model = random_model(&mut fastrand::Rng::with_seed(3), 100, 20, 30);
+    let opts = PieceOptions {
+        phf_kind: PhfKind::PtrHash,
+        ..PieceOptions::default()
+    };
+    write_piece(&fs, path, &refs(&model), &opts).unwrap();
+    let e = PieceReader::open(&fs, path, ReadMode::Pread).unwrap_err();
+    assert!(matches!(e, tphdb::Error::Unsupported(_)), "{e}");
+    check_piece(&fs, path, &model, ReadMode::Pread);
 }

@@ -127,7 +127,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
 
         for mode in [ReadMode::Mmap, ReadMode::Pread, ReadMode::Direct] {
             eprintln!("piece/{name}: get() via {}", mode.name());
-            let r = PieceReader::open(&fs, &path, mode)?;
+            let r = PieceReader::open_with(&fs, &path, mode, true)?;
             let ops = a.ops.min(entries.len().max(1) * 4);
             let (reads0, bytes0) = fs.counts().read_totals();
             let present = timed(

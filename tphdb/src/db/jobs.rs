@@ -17,7 +17,7 @@ use super::delta::{memtable_delta, merge_memory, newest_first};
 use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
-use crate::filename::{parse, path, wal_name, FileKind};
+use crate::filename::{is_flushed_wal, path};
 use crate::memtable::MemTable;
 use crate::tph::{merge, MergeContext, MergeOutcome, MergeStats, PieceFile, Tph};
 use crate::version::VersionEdit;
@@ -253,7 +253,7 @@ impl Inner {
             Job::PushDown(id) => {
                 let (level, p) = (id.level, id.partition);
                 let tph = version.tph(level, p).cloned().ok_or_else(|| {
-                    Error::InvalidArgument(format!("no TPH at level {level} partition {p}"))
+                    Error::Internal(format!("no TPH at level {level} partition {p}"))
                 })?;
                 let fanout = version.layout.fanout;
                 let children = p * fanout..(p + 1) * fanout;
@@ -286,7 +286,7 @@ impl Inner {
         let mut st = self.state.lock();
         match st.versions.as_mut() {
             Some(vs) => Ok(vs.new_file_number()),
-            None => Err(Error::ReadOnly("opened with open_for_read_only".into())),
+            None => Err(Error::Internal("a job on a read-only database".into())),
         }
     }
 
@@ -319,7 +319,7 @@ impl Inner {
         let mut st = self.state.lock();
         if let Some(e) = &st.bg_error {
             discard(&change);
-            return Err(Error::ReadOnly(e.clone()));
+            return Err(Error::Poisoned(e.clone()));
         }
         if !flushed.is_empty() {
             let remaining = st
@@ -366,7 +366,7 @@ impl Inner {
                 wals_below: (!flushed.is_empty()).then_some(log_number),
             },
         );
-        self.carry_out(done);
+        self.carry_out(&mut st, done);
         if !flushed.is_empty() {
             st.imms
                 .retain(|m| !flushed.iter().any(|f| Arc::ptr_eq(f, m)));
@@ -399,12 +399,21 @@ impl Inner {
             self.edit_failed(st, &e);
             return;
         }
-        self.carry_out(std::mem::take(&mut st.deferred));
+        let done = std::mem::take(&mut st.deferred);
+        self.carry_out(st, done);
     }
 
     /// Deletes what an edit, now durable, made obsolete (pieces once their
-    /// last reader lets go).
-    fn carry_out(&self, done: super::Deferred) {
+    /// last reader lets go), once CURRENT records the MANIFEST's length (see
+    /// `VersionSet::record_manifest_length`). If that fails the files stay
+    /// (the next open removes them).
+    fn carry_out(&self, st: &mut State, done: super::Deferred) {
+        let Some(vs) = st.versions.as_mut() else {
+            return;
+        };
+        if vs.record_manifest_length().is_err() {
+            return;
+        }
         for f in &done.pieces {
             f.mark_obsolete();
         }
@@ -416,12 +425,8 @@ impl Inner {
     /// Deletes WAL files whose memtables are all flushed.
     fn delete_wals_below(&self, log_number: u64) {
         if let Ok(names) = self.fs.list(&self.dir) {
-            for name in names {
-                if let Some(FileKind::Wal(n)) = parse(&name) {
-                    if n < log_number {
-                        let _ = self.fs.remove(&path(&self.dir, &wal_name(n)));
-                    }
-                }
+            for name in names.iter().filter(|n| is_flushed_wal(n, log_number)) {
+                let _ = self.fs.remove(&path(&self.dir, name));
             }
         }
     }
@@ -434,7 +439,7 @@ impl Inner {
         let mut space = super::SpaceWait::default();
         loop {
             if let Some(e) = &st.bg_error {
-                return Err(Error::ReadOnly(e.clone()));
+                return Err(Error::Poisoned(e.clone()));
             }
             if self.read_only {
                 return Ok(());

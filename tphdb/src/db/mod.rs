@@ -63,7 +63,7 @@ pub(crate) struct State {
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
     pub(crate) manual: bool,
-    /// Once set, writes fail with [`Error::ReadOnly`].
+    /// Once set, writes fail with [`Error::Poisoned`].
     pub(crate) bg_error: Option<String>,
     /// Jobs failing for lack of space, and when they retry.
     pub(crate) space: OutOfSpace,
@@ -245,11 +245,21 @@ impl Inner {
         if let Some(t) = self.housekeeper.lock().take() {
             let _ = t.join();
         }
-        let bg_error = self.state.lock().bg_error.clone();
+        let bg_error = {
+            let mut st = self.state.lock();
+            // A cleanly closed database's CURRENT records its MANIFEST's
+            // full length: the next open checks every edit is there.
+            if st.bg_error.is_none() {
+                if let Some(Err(e)) = st.versions.as_mut().map(|v| v.record_manifest_length()) {
+                    self.poison(&mut st, &e);
+                }
+            }
+            st.bg_error.clone()
+        };
         let result = match bg_error {
             // Writes stopped after an error: say so, as the last chance the
             // caller has to hear it.
-            Some(e) => Err(Error::ReadOnly(e)),
+            Some(e) => Err(Error::Poisoned(e)),
             None if self.read_only => Ok(()),
             None => self.wal.lock().sync(),
         };

@@ -12,9 +12,11 @@ use parking_lot::{Condvar, Mutex};
 use super::stats::Stats;
 use super::write::{WalWriter, WriteQueue};
 use super::{Inner, Options, State, SuperVersion, SyncPolicy};
-use crate::batch::{BatchOp, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
-use crate::filename::{parse, path, wal_name, FileKind, CURRENT, LOCK};
+use crate::filename::{
+    is_flushed_wal, parse, path, unflushed_wals, wal_name, FileKind, CURRENT, LOCK,
+};
 use crate::fs::{CountingFs, FileSystem, PosixFs, ReadMode};
 use crate::log::{LogReader, LogWriter};
 use crate::memtable::MemTable;
@@ -50,13 +52,7 @@ pub(crate) fn replay_wal(
         // not a torn write: refuse to guess.
         // `decode` checks that the batch's sequence numbers are in range.
         let (seq, batch) = WriteBatch::decode(&rec).map_err(|e| e.at(&name))?;
-        for (i, op) in batch.ops().enumerate() {
-            let s = seq + i as u64;
-            match op {
-                BatchOp::Put(k, v) => mem.insert(k, s, Some(v)),
-                BatchOp::Delete(k) => mem.insert(k, s, None),
-            }
-        }
+        mem.insert_batch(seq, &batch);
         if !batch.is_empty() {
             *last_seq = (*last_seq).max(seq + batch.len() as u64 - 1);
         }
@@ -101,6 +97,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         cache: (opts.block_cache_bytes > 0)
             .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
         open_files: Some(crate::fs::OpenFiles::new(opts.max_open_files)),
+        allow_ptrhash: opts.phf_kind == crate::phf::PhfKind::PtrHash,
     };
     let exists = fs.exists(&path(dir, CURRENT));
     let mut opts = opts.clone();
@@ -147,17 +144,11 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         })
         .max()
         .unwrap_or(0);
-    let mut wals: Vec<u64> = files
-        .iter()
-        .filter_map(|k| match k {
-            FileKind::Wal(n) if *n >= state.log_number => Some(*n),
-            _ => None,
-        })
-        .collect();
-    wals.sort_unstable();
+    let wals = unflushed_wals(&names, state.log_number);
     let recovered = MemTable::new(wals.last().copied().unwrap_or(0));
     let mut last_seq = state.last_seq;
     let mut replay = WalReplay::default();
+    let mut moved_to_lost = 0;
     for (i, &n) in wals.iter().enumerate() {
         // Point-in-time recovery: writes in later WALs came after the torn
         // point, so they are dropped too (a WAL is synced before the next
@@ -196,7 +187,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         if !recovered.is_empty() {
             imms.push_back(Arc::new(recovered));
         }
-        remove_obsolete_files(fs.as_ref(), dir, &names, &vs);
+        // A new database has nothing to lose.
+        let certain = !exists || state.manifest_len_recorded;
+        moved_to_lost = remove_obsolete_files(fs.as_ref(), dir, &names, &vs, certain);
         let wal = WalWriter {
             log: Some(LogWriter::new(file, 0)),
             number,
@@ -208,11 +201,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
 
     let piece_options = PieceOptions {
         phf_kind: opts.phf_kind,
-        phf: crate::phf::PhfConfig {
-            table_factor: opts.phf_table_factor,
-            segment_keys: opts.phf_segment_keys,
-            ..crate::phf::PhfConfig::default()
-        },
+        phf: opts.phf_config(),
         page_size: opts.page_size,
         compression: opts.compression,
         ..PieceOptions::default()
@@ -267,6 +256,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     stats
         .wal_files_skipped
         .store(replay.skipped_files as u64, Ordering::Relaxed);
+    stats
+        .files_moved_to_lost
+        .store(moved_to_lost, Ordering::Relaxed);
     let inner = Arc::new(Inner {
         dir: dir.to_path_buf(),
         fs,
@@ -331,20 +323,51 @@ fn start_writing(inner: &Arc<Inner>) -> Result<()> {
 /// Deletes files no version needs: pieces not referenced, WALs already
 /// flushed, other MANIFESTs and temporary files. Failures are ignored:
 /// leftovers are retried at the next open.
-fn remove_obsolete_files(fs: &dyn FileSystem, dir: &Path, names: &[String], vs: &VersionSet) {
+///
+/// A piece no version names is certainly garbage when the recovered
+/// MANIFEST holds every edit up to the length CURRENT recorded (see
+/// `VersionSet::record_manifest_length`): nothing was deleted on the
+/// strength of a later edit. Without that record (a CURRENT of format
+/// version 1), a complete, checksummed piece could be the output of an edit
+/// the MANIFEST lost: it goes to `lost/` instead, and is counted. Returns
+/// how many went there.
+fn remove_obsolete_files(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+    vs: &VersionSet,
+    certain: bool,
+) -> u64 {
     let live = vs.current.live_files();
+    let mut kept = 0;
     for name in names {
         let remove = match parse(name) {
             Some(FileKind::Piece(n)) => !live.contains(&n),
-            Some(FileKind::Wal(n)) => n < vs.log_number,
+            Some(FileKind::Wal(_)) => is_flushed_wal(name, vs.log_number),
             Some(FileKind::Manifest(n)) => n != vs.manifest_number(),
             Some(FileKind::Temp) => true,
             _ => false,
         };
-        if remove {
+        if !remove {
+            continue;
+        }
+        let complete_piece = || {
+            matches!(parse(name), Some(FileKind::Piece(_)))
+                && crate::piece::PieceReader::open(fs, &path(dir, name), ReadMode::Pread).is_ok()
+        };
+        if !certain && complete_piece() {
+            if super::repair::move_to_lost(fs, dir, name).is_ok() {
+                kept += 1;
+            }
+        } else {
             let _ = fs.remove(&path(dir, name));
         }
     }
+    if kept > 0 {
+        let _ = fs.sync_dir(&dir.join(super::repair::LOST_DIR));
+        let _ = fs.sync_dir(dir);
+    }
+    kept
 }
 
 /// Before the first new write: flushes what the old WALs held and records

@@ -77,7 +77,9 @@ pub struct Options {
     pub max_open_files: usize,
     /// Block compression of new pieces.
     pub compression: Compression,
-    /// Perfect hash implementation.
+    /// Perfect hash of new pieces (CPHash). With PtrHash, pieces built with
+    /// PtrHash are also read; otherwise they are refused, because the
+    /// PtrHash loader does not validate what it loads.
     pub phf_kind: PhfKind,
     /// Perfect hash table size over key count (paper: 1.1).
     pub phf_table_factor: f64,
@@ -195,6 +197,15 @@ impl Options {
         (self.compaction_memory_bytes / self.background_threads.max(1)).max(1) as u64
     }
 
+    /// The perfect-hash construction parameters these options choose.
+    pub(crate) fn phf_config(&self) -> crate::phf::PhfConfig {
+        crate::phf::PhfConfig {
+            table_factor: self.phf_table_factor,
+            segment_keys: self.phf_segment_keys,
+            ..crate::phf::PhfConfig::default()
+        }
+    }
+
     /// `max_pieces` after applying `single_tier`.
     pub(crate) fn effective_max_pieces(&self) -> usize {
         if self.single_tier {
@@ -221,12 +232,7 @@ impl Options {
         if self.max_pieces == 0 || self.max_pieces > 1024 {
             return bad("max_pieces must be in 1..=1024");
         }
-        crate::phf::PhfConfig {
-            table_factor: self.phf_table_factor,
-            segment_keys: self.phf_segment_keys,
-            ..crate::phf::PhfConfig::default()
-        }
-        .validate()?;
+        self.phf_config().validate()?;
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
         }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::{Options, WriteOptions, DB};
 use crate::batch::{BatchOp, WriteBatch};
 use crate::error::{Error, Result};
-use crate::filename::{parse, path, FileKind, CURRENT, LOCK};
+use crate::filename::{is_flushed_wal, parse, path, FileKind, CURRENT, LOCK};
 use crate::fs::{FileSystem, PosixFs, ReadMode};
 use crate::hash::{key_hash, partition_of};
 use crate::log::LogReader;
@@ -177,7 +177,7 @@ pub(crate) fn verify(opts: &Options, dir: &Path) -> Result<VerifyReport> {
     let manifest = crate::fs::read_all(fs.as_ref(), &path(dir, CURRENT))
         .ok()
         .and_then(|b| decode_current(&b).ok())
-        .unwrap_or_else(|| CURRENT.to_string());
+        .map_or_else(|| CURRENT.to_string(), |c| c.manifest);
     let state = match state {
         Ok(s) => {
             let summary = format!(
@@ -245,7 +245,7 @@ pub(crate) fn verify(opts: &Options, dir: &Path) -> Result<VerifyReport> {
                 }
                 None => report.notes.push(format!("{name}: not in the database (left by an interrupted job; removed at the next open)")),
             },
-            Some(FileKind::Wal(n)) if n >= state.log_number => {
+            Some(FileKind::Wal(_)) if !is_flushed_wal(name, state.log_number) => {
                 let result = read_wal(fs.as_ref(), &path(dir, name)).map(|(batches, tail)| {
                     if let Some(t) = tail {
                         report.notes.push(format!("{name}: {t}"));
@@ -308,7 +308,21 @@ fn keep_newest(s: &mut Salvage, key: &[u8], seq: u64, value: Option<&[u8]>) {
 }
 
 const REPAIR_DIR: &str = "repair";
-const LOST_DIR: &str = "lost";
+pub(crate) const LOST_DIR: &str = "lost";
+
+/// Moves `dir/name` into `dir/lost/` (created if missing), under a new
+/// name if one is taken (`name.1`, ...). The caller syncs the directories.
+pub(crate) fn move_to_lost(fs: &dyn FileSystem, dir: &Path, name: &str) -> Result<()> {
+    let lost_dir = dir.join(LOST_DIR);
+    fs.create_dir_all(&lost_dir)?;
+    let mut target = lost_dir.join(name);
+    let mut i = 1;
+    while fs.exists(&target) {
+        target = lost_dir.join(format!("{name}.{i}"));
+        i += 1;
+    }
+    fs.rename(&path(dir, name), &target)
+}
 const COMPLETE: &str = "COMPLETE";
 
 pub(crate) fn repair(opts: &Options, dir: &Path) -> Result<RepairReport> {
@@ -370,13 +384,7 @@ pub(crate) fn repair(opts: &Options, dir: &Path) -> Result<RepairReport> {
         if kind == FileKind::Lock || moved_in {
             continue;
         }
-        let mut target = lost_dir.join(&name);
-        let mut i = 1;
-        while fs.exists(&target) {
-            target = lost_dir.join(format!("{name}.{i}"));
-            i += 1;
-        }
-        fs.rename(&path(dir, &name), &target)?;
+        move_to_lost(fs.as_ref(), dir, &name)?;
     }
     fs.sync_dir(&lost_dir)?;
     fs.sync_dir(dir)?;
@@ -416,7 +424,7 @@ fn files_to_salvage(fs: &Arc<dyn FileSystem>, dir: &Path) -> Result<(Vec<String>
     let live = live_files(fs, dir);
     names.retain(|name| match (&live, parse(name)) {
         (Some((pieces, _)), Some(FileKind::Piece(n))) => pieces.contains(&n),
-        (Some((_, log_number)), Some(FileKind::Wal(n))) => n >= *log_number,
+        (Some((_, log_number)), Some(FileKind::Wal(_))) => !is_flushed_wal(name, *log_number),
         (_, Some(FileKind::Piece(_) | FileKind::Wal(_))) => true,
         _ => false,
     });

@@ -33,6 +33,7 @@ pub(crate) struct Stats {
     pub(crate) wal_replayed_batches: AtomicU64,
     pub(crate) wal_dropped_bytes: AtomicU64,
     pub(crate) wal_files_skipped: AtomicU64,
+    pub(crate) files_moved_to_lost: AtomicU64,
 }
 
 impl Stats {
@@ -155,6 +156,9 @@ pub struct DbStats {
     /// WAL files after a torn one, not replayed at open (their writes are
     /// newer than a lost one).
     pub wal_files_skipped: u64,
+    /// Complete pieces no version names that open moved to `lost/` rather
+    /// than delete, not certain they were garbage (see `docs/format.md`).
+    pub files_moved_to_lost: u64,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -262,6 +266,7 @@ impl Inner {
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
             wal_dropped_bytes: s.wal_dropped_bytes.load(Relaxed),
             wal_files_skipped: s.wal_files_skipped.load(Relaxed),
+            files_moved_to_lost: s.files_moved_to_lost.load(Relaxed),
         }
     }
 

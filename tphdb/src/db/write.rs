@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Condvar;
 
 use super::{Inner, SyncPolicy, WriteOptions};
-use crate::batch::{BatchOp, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
 use crate::filename::{path, wal_name};
 use crate::log::LogWriter;
@@ -161,19 +161,7 @@ impl Inner {
                 self.stats.wal_syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
-        let mut user_bytes = 0u64;
-        for (i, op) in batch.ops().enumerate() {
-            match op {
-                BatchOp::Put(k, v) => {
-                    user_bytes += (k.len() + v.len()) as u64;
-                    wal.mem.insert(k, seq + i as u64, Some(v));
-                }
-                BatchOp::Delete(k) => {
-                    user_bytes += k.len() as u64;
-                    wal.mem.insert(k, seq + i as u64, None);
-                }
-            }
-        }
+        let user_bytes = wal.mem.insert_batch(seq, &batch);
         wal.last_seq = seq + count - 1;
         self.visible_seq.store(wal.last_seq, Ordering::Release);
         self.stats
@@ -197,7 +185,7 @@ impl Inner {
         loop {
             let mut st = self.state.lock();
             if let Some(e) = &st.bg_error {
-                return Err(Error::ReadOnly(e.clone()));
+                return Err(Error::Poisoned(e.clone()));
             }
             let l0 = st.current().l0.len();
             if st.imms.len() >= opts.max_immutable_memtables.max(1)
@@ -278,7 +266,7 @@ impl Inner {
         let mut space = super::SpaceWait::default();
         loop {
             if let Some(e) = &st.bg_error {
-                return Err(Error::ReadOnly(e.clone()));
+                return Err(Error::Poisoned(e.clone()));
             }
             if st.imms.iter().all(|m| m.wal_number() >= target) {
                 return Ok(());

@@ -130,6 +130,10 @@ impl LogReader {
             if self.block.len() - self.pos < HEADER_SIZE {
                 // The rest of this block is padding; move to the next one.
                 if self.pos < self.block.len() && self.block[self.pos..].iter().any(|&b| b != 0) {
+                    if !in_record {
+                        // The damage starts here, not at the last record.
+                        self.record_start = self.block_start + self.pos as u64;
+                    }
                     return self.stop("non-zero block padding");
                 }
                 let next = self.block_start + self.block.len() as u64;

@@ -75,6 +75,10 @@ fn every_truncation_yields_exactly_the_complete_records() {
         let rest = &bytes[last_end as usize..len];
         let padding = rest.len() < HEADER_SIZE && rest.iter().all(|&b| b == 0);
         assert_eq!(tail.is_none(), padding, "length {len}");
+        // The drop starts right after the last complete record.
+        if let Some(t) = tail {
+            assert_eq!(t.offset, last_end, "length {len}");
+        }
     }
 }
 

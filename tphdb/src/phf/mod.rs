@@ -310,8 +310,18 @@ impl Phf {
         }
     }
 
-    /// Loads what [`Phf::encode`] wrote.
+    /// Loads what [`Phf::encode`] wrote, if it is a CPHash: a PtrHash is
+    /// refused, its loader does not validate what it loads (see
+    /// [`Phf::decode_with`]).
     pub fn decode(bytes: Bytes) -> Result<Phf> {
+        Phf::decode_with(bytes, false)
+    }
+
+    /// Loads what [`Phf::encode`] wrote; a PtrHash only with
+    /// `allow_ptrhash`. CPHash validates every field it loads. The PtrHash
+    /// loader (epserde) does not: a crafted file with a valid checksum can
+    /// make it misbehave, so it is read only when the caller chose PtrHash.
+    pub fn decode_with(bytes: Bytes, allow_ptrhash: bool) -> Result<Phf> {
         let Some(&tag) = bytes.first() else {
             return Err(Error::corruption(
                 "perfect hash kind tag",
@@ -322,7 +332,12 @@ impl Phf {
         let rest = bytes.slice(1..);
         match tag {
             1 => Ok(Phf::CpHash(CpHash::decode(rest)?)),
-            2 => Ok(Phf::PtrHash(PtrHashPhf::decode(rest)?)),
+            2 if allow_ptrhash => Ok(Phf::PtrHash(PtrHashPhf::decode(rest)?)),
+            2 => Err(Error::Unsupported(
+                "a PtrHash perfect hash, read only when PtrHash is chosen \
+                 (phf_kind): its loader does not validate what it loads"
+                    .into(),
+            )),
             t => Err(Error::corruption(
                 "perfect hash kind tag",
                 "1 (cphash) or 2 (ptr_hash)",

@@ -194,7 +194,7 @@ mod tests {
                 assert_perfect(&built.phf, &hashes);
                 let mut bytes = Vec::new();
                 built.phf.encode(&mut bytes);
-                let loaded = Phf::decode(Bytes::from(bytes)).unwrap();
+                let loaded = Phf::decode_with(Bytes::from(bytes), true).unwrap();
                 assert_eq!(loaded.kind(), kind);
                 assert_eq!(loaded.table_size(), built.phf.table_size());
                 for &h in &hashes {

@@ -1,8 +1,9 @@
 //! Blocks: `k` consecutive slots of a piece, the unit of every read.
 //!
 //! ```text
-//! block   := payload flags:u8 crc32c:u32      (crc over payload and flags)
-//! payload := raw | lz4(raw) with its length prepended        (flags bit 0)
+//! block   := payload [zeros(z) z:u16] flags:u8 crc32c:u32
+//!                            (padding when flags bit 2; crc over all before it)
+//! payload := raw | raw_len:u32 lz4_block(raw)               (flags bit 0)
 //! raw     := offsets[count + 1] entries      (u16 or u32 offsets: bit 1)
 //! ```
 //! Slot `i` of the block holds `entries[offsets[i]..offsets[i + 1]]`; an empty

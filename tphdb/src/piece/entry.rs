@@ -62,19 +62,26 @@ impl EntryRef<'_> {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.key.len() > MAX_KEY_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
-                self.key.len()
-            )));
-        }
-        if self.value.is_some_and(|v| v.len() > MAX_VALUE_BYTES) {
-            return Err(Error::InvalidArgument(format!(
-                "value exceeds the limit of {MAX_VALUE_BYTES} bytes"
-            )));
-        }
-        Ok(())
+        check_limits(self.key, self.value)
     }
+}
+
+/// Refuses a key or value over the limits ([`MAX_KEY_BYTES`],
+/// [`MAX_VALUE_BYTES`]), before anything is written.
+pub(crate) fn check_limits(key: &[u8], value: Option<&[u8]>) -> Result<()> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    if let Some(v) = value.filter(|v| v.len() > MAX_VALUE_BYTES) {
+        return Err(Error::InvalidArgument(format!(
+            "value of {} bytes exceeds the limit of {MAX_VALUE_BYTES}",
+            v.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Decodes the entry that spans exactly `block[start..end]`.

@@ -51,17 +51,38 @@ pub struct PieceReader {
 
 impl PieceReader {
     /// Opens the piece at `path`, reading it with `mode`.
+    /// A piece whose perfect hash is a PtrHash is refused (see
+    /// [`Phf::decode_with`]); [`PieceReader::open_with`] can allow it.
     pub fn open(fs: &dyn FileSystem, path: &Path, mode: ReadMode) -> Result<PieceReader> {
+        PieceReader::open_with(fs, path, mode, false)
+    }
+
+    /// [`PieceReader::open`], reading PtrHash pieces too when
+    /// `allow_ptrhash`.
+    pub fn open_with(
+        fs: &dyn FileSystem,
+        path: &Path,
+        mode: ReadMode,
+        allow_ptrhash: bool,
+    ) -> Result<PieceReader> {
         let file = fs.open_read(path, mode)?;
-        PieceReader::from_file(file, path.display().to_string())
+        PieceReader::from_file(file, path.display().to_string(), allow_ptrhash)
     }
 
     /// Opens a piece from an already open file; `name` appears in errors.
-    pub fn from_file(file: Arc<dyn RandomAccessFile>, name: String) -> Result<PieceReader> {
-        Self::load(file, &name).map_err(|e| e.at(&name))
+    pub fn from_file(
+        file: Arc<dyn RandomAccessFile>,
+        name: String,
+        allow_ptrhash: bool,
+    ) -> Result<PieceReader> {
+        Self::load(file, &name, allow_ptrhash).map_err(|e| e.at(&name))
     }
 
-    fn load(file: Arc<dyn RandomAccessFile>, name: &str) -> Result<PieceReader> {
+    fn load(
+        file: Arc<dyn RandomAccessFile>,
+        name: &str,
+        allow_ptrhash: bool,
+    ) -> Result<PieceReader> {
         let len = file.len();
         if len < FOOTER_BYTES as u64 {
             return Err(Error::corruption(
@@ -107,7 +128,7 @@ impl PieceReader {
                 format!("{} bytes", props.data_bytes),
             ));
         }
-        let phf = Phf::decode(section(SectionId::Phf)?)?;
+        let phf = Phf::decode_with(section(SectionId::Phf)?, allow_ptrhash)?;
         if phf.table_size() as u64 != props.table_size
             || phf.len() as u64 != props.entry_count - props.overflow_count
         {

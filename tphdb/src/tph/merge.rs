@@ -400,7 +400,7 @@ pub(crate) fn merge(
     }
     let piece_count = counts.len();
     if piece_count > MAX_PIECES {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Internal(format!(
             "a TPH of {piece_count} pieces exceeds {MAX_PIECES}"
         )));
     }
@@ -449,7 +449,7 @@ pub(crate) fn merge(
     }
     let [_, (_, phf), (_, slots), (_, exceptions)] = sections;
     let index = GlobalIndex::decode(
-        Phf::decode(Bytes::from(phf))?,
+        Phf::decode_with(Bytes::from(phf), true)?,
         meta.sig_bits,
         meta.piece_bits,
         Bytes::from(slots),

@@ -66,6 +66,8 @@ pub(crate) struct PieceReads {
     pub(crate) mode: ReadMode,
     pub(crate) cache: Option<Arc<BlockCache>>,
     pub(crate) open_files: Option<Arc<OpenFiles>>,
+    /// Read PtrHash pieces (only when the user chose PtrHash).
+    pub(crate) allow_ptrhash: bool,
 }
 
 impl From<ReadMode> for PieceReads {
@@ -74,6 +76,7 @@ impl From<ReadMode> for PieceReads {
             mode,
             cache: None,
             open_files: None,
+            allow_ptrhash: false,
         }
     }
 }
@@ -91,7 +94,8 @@ impl PieceFile {
             Some(table) if reads.mode != ReadMode::Mmap => table.open(fs, &path, reads.mode)?,
             _ => fs.open_read(&path, reads.mode)?,
         };
-        let mut reader = PieceReader::from_file(file, path.display().to_string())?;
+        let mut reader =
+            PieceReader::from_file(file, path.display().to_string(), reads.allow_ptrhash)?;
         if let Some(cache) = &reads.cache {
             // Mapped pieces have the page cache for their blocks.
             let cache_blocks = reads.mode != ReadMode::Mmap;
@@ -185,9 +189,10 @@ impl Tph {
                     .extra_section(SECTION_META)?
                     .ok_or_else(|| missing("meta"))?,
             )?;
-            let phf = Phf::decode(
+            let phf = Phf::decode_with(
                 head.extra_section(SECTION_PHF)?
                     .ok_or_else(|| missing("phf"))?,
+                reads.allow_ptrhash,
             )?;
             let slots = head
                 .extra_section(SECTION_SLOTS)?

@@ -57,6 +57,7 @@ impl Harness {
                 cache: Some(Arc::new(BlockCache::new(16 << 10))),
                 // Fewer than a TPH's pieces: files close and reopen.
                 open_files: Some(crate::fs::OpenFiles::new(2)),
+                allow_ptrhash: false,
             },
         }
     }

@@ -11,7 +11,8 @@
 //!   6 remove_l0 head:varint
 //!   7 set level:varint partition:varint head:varint
 //!   8 remove level:varint partition:varint
-//!   9 layout fanout:varint one_level:u8
+//!   9 layout fanout:varint one_level:varint (0 or 1)
+//!  10 format version:varint    absent: 1 (see `FORMAT_VERSION`)
 //! ```
 
 use crate::error::{Error, Result};
@@ -32,6 +33,8 @@ pub(crate) struct VersionEdit {
     pub(crate) last_seq: Option<u64>,
     pub(crate) depth: Option<u32>,
     pub(crate) layout: Option<Layout>,
+    /// The format version, when a record states it (`None`: 1).
+    pub(crate) format: Option<u64>,
     pub(crate) add_l0: Vec<u64>,
     pub(crate) remove_l0: Vec<u64>,
     /// `(level, partition, head)`.
@@ -49,6 +52,14 @@ const REMOVE_L0: u64 = 6;
 const SET: u64 = 7;
 const REMOVE: u64 = 8;
 const LAYOUT: u64 = 9;
+const FORMAT: u64 = 10;
+
+/// The format version of the database: of its MANIFEST and of every file it
+/// names or replays (pieces, WALs, write batches). Version 1 is written
+/// without a format field; a later version writes one in the first record
+/// of every MANIFEST, so that a reader that does not know it refuses the
+/// whole database before it reads anything else.
+pub(crate) const FORMAT_VERSION: u64 = 1;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -59,6 +70,9 @@ impl VersionEdit {
                 b.put_varint(v);
             }
         };
+        if let Some(f) = self.format {
+            put(FORMAT, &[f]);
+        }
         if let Some(l) = self.layout {
             put(LAYOUT, &[l.fanout, l.one_level as u64]);
         }
@@ -92,6 +106,16 @@ impl VersionEdit {
     pub(crate) fn decode(b: &[u8]) -> Result<VersionEdit> {
         let mut d = Decoder::new(b, "version edit");
         let mut e = VersionEdit::default();
+        // Before anything else: a newer format may mean anything.
+        let mut peek = Decoder::new(b, "version edit");
+        if peek.varint().ok() == Some(FORMAT) {
+            let version = peek.varint()?;
+            if version > FORMAT_VERSION {
+                return Err(Error::Unsupported(format!(
+                    "database format version {version}; this tphdb reads up to {FORMAT_VERSION}"
+                )));
+            }
+        }
         let level = |v: u64| {
             u32::try_from(v).map_err(|_| Error::corruption("version edit level", "a u32", v))
         };
@@ -114,7 +138,8 @@ impl VersionEdit {
                     };
                     e.layout = Some(Layout { fanout, one_level });
                 }
-                t => return Err(Error::corruption("version edit tag", "1..=9", t)),
+                FORMAT => e.format = Some(d.varint()?),
+                t => return Err(Error::corruption("version edit tag", "1..=10", t)),
             }
         }
         Ok(e)
@@ -140,6 +165,7 @@ mod tests {
             remove_l0: vec![3],
             set: vec![(1, 2, 12), (2, 17, 13)],
             remove: vec![(1, 0)],
+            format: None,
         };
         let b = e.encode();
         assert_eq!(VersionEdit::decode(&b).unwrap(), e);
@@ -151,5 +177,23 @@ mod tests {
             }
         }
         assert!(VersionEdit::decode(&[42]).is_err());
+    }
+
+    /// A record of a newer format version is refused as such, not read
+    /// as whatever its bytes would mean today.
+    #[test]
+    fn a_newer_format_version_is_unsupported() {
+        let mut e = VersionEdit {
+            format: Some(FORMAT_VERSION),
+            next_file: Some(3),
+            ..VersionEdit::default()
+        };
+        assert_eq!(VersionEdit::decode(&e.encode()).unwrap(), e);
+        e.format = Some(FORMAT_VERSION + 1);
+        let mut b = e.encode();
+        // Whatever follows the format field.
+        b.extend_from_slice(&[99, 1, 2, 3]);
+        let err = VersionEdit::decode(&b).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
     }
 }

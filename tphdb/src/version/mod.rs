@@ -13,9 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub(crate) use edit::{Layout, VersionEdit};
-#[cfg(test)]
-pub(crate) use set::encode_current;
-pub(crate) use set::{decode_current, RecoveredState, VersionSet};
+pub(crate) use set::{decode_current, encode_current, RecoveredState, VersionSet};
 
 use crate::error::{Error, Result};
 use crate::hash::partition_of;
@@ -94,9 +92,10 @@ impl Version {
         new_tphs: &HashMap<u64, Arc<Tph>>,
     ) -> Result<Version> {
         let find = |head: u64| {
-            new_tphs.get(&head).cloned().ok_or_else(|| {
-                Error::InvalidArgument(format!("edit adds TPH {head} without opening it"))
-            })
+            new_tphs
+                .get(&head)
+                .cloned()
+                .ok_or_else(|| Error::Internal(format!("edit adds TPH {head} without opening it")))
         };
         let mut v = Version {
             layout: self.layout,
@@ -116,7 +115,7 @@ impl Version {
         }
         for &(level, partition, head) in &edit.set {
             if level == 0 || level > v.depth {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::Internal(format!(
                     "edit sets level {level} of {}",
                     v.depth
                 )));

@@ -30,6 +30,9 @@ pub(crate) struct RecoveredState {
     pub(crate) last_seq: u64,
     /// Set when the MANIFEST ended in a torn record.
     pub(crate) manifest_tail: Option<TailDrop>,
+    /// CURRENT recorded the MANIFEST's length (version 2) and the MANIFEST
+    /// holds it intact: no edit that let files be deleted is missing.
+    pub(crate) manifest_len_recorded: bool,
 }
 
 impl RecoveredState {
@@ -54,30 +57,68 @@ impl RecoveredState {
     }
 }
 
-/// The CURRENT file: the MANIFEST name and a CRC32C of it.
-pub(crate) fn encode_current(manifest: &str) -> String {
+/// What CURRENT says: the live MANIFEST, and how long it was (and synced)
+/// when CURRENT was written. Version 1 had no length.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Current {
+    pub(crate) manifest: String,
+    pub(crate) manifest_len: Option<u64>,
+}
+
+/// The CURRENT file (version 2): the MANIFEST name, its length, and a
+/// CRC32C of the lines above it.
+pub(crate) fn encode_current(manifest: &str, manifest_len: u64) -> String {
+    let body = format!("{manifest}\nlength={manifest_len}\n");
+    format!("{body}crc32c={:08x}\n", crc32c::crc32c(body.as_bytes()))
+}
+
+/// Version 1 of CURRENT: the name and a CRC32C of it.
+#[cfg(test)]
+pub(crate) fn encode_current_v1(manifest: &str) -> String {
     format!(
         "{manifest}\ncrc32c={:08x}\n",
         crc32c::crc32c(manifest.as_bytes())
     )
 }
 
-pub(crate) fn decode_current(b: &[u8]) -> Result<String> {
+pub(crate) fn decode_current(b: &[u8]) -> Result<Current> {
     let text =
         std::str::from_utf8(b).map_err(|_| Error::corruption("CURRENT", "text", "binary data"))?;
-    let mut lines = text.lines();
-    let (Some(name), Some(crc), None) = (lines.next(), lines.next(), lines.next()) else {
-        return Err(Error::corruption(
-            "CURRENT",
-            "two lines",
-            format!("{text:?}"),
-        ));
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    let bad = |expected: &str| Error::corruption("CURRENT", expected, format!("{text:?}"));
+    let (current, crc_line, body) = match lines[..] {
+        [name, crc] => (
+            Current {
+                manifest: name.to_string(),
+                manifest_len: None,
+            },
+            crc,
+            name.to_string(),
+        ),
+        [name, length, crc] => {
+            let len = length
+                .strip_prefix("length=")
+                .and_then(|l| l.parse::<u64>().ok())
+                .ok_or_else(|| bad("a length line"))?;
+            (
+                Current {
+                    manifest: name.to_string(),
+                    manifest_len: Some(len),
+                },
+                crc,
+                format!("{name}\n{length}\n"),
+            )
+        }
+        _ => return Err(bad("two lines (version 1) or three (version 2)")),
     };
-    let want = format!("crc32c={:08x}", crc32c::crc32c(name.as_bytes()));
-    if crc != want || !name.starts_with("MANIFEST-") {
-        return Err(Error::corruption("CURRENT", want, crc));
+    if !text.ends_with('\n') || !current.manifest.starts_with("MANIFEST-") {
+        return Err(bad("a MANIFEST name, one field a line"));
     }
-    Ok(name.to_string())
+    let want = format!("crc32c={:08x}", crc32c::crc32c(body.as_bytes()));
+    if crc_line != want {
+        return Err(Error::corruption("CURRENT", want, crc_line));
+    }
+    Ok(current)
 }
 
 /// Owns the MANIFEST and the current version.
@@ -94,14 +135,18 @@ pub(crate) struct VersionSet {
     /// Set when CURRENT may point at either MANIFEST: no edit may be
     /// written any more.
     broken: Option<String>,
+    /// The MANIFEST length CURRENT records.
+    recorded_len: u64,
 }
 
 impl VersionSet {
     /// Reads CURRENT and replays its MANIFEST.
     pub(crate) fn read_state(fs: &dyn FileSystem, dir: &Path) -> Result<RecoveredState> {
         let current = crate::fs::read_all(fs, &path(dir, CURRENT))?;
-        let name = decode_current(&current).map_err(|e| e.at(CURRENT))?;
+        let current = decode_current(&current).map_err(|e| e.at(CURRENT))?;
+        let name = current.manifest;
         let file = fs.open_read(&path(dir, &name), ReadMode::Pread)?;
+        let file_len = file.len();
         let mut reader = LogReader::new(file);
         let mut state = RecoveredState {
             depth: 1,
@@ -112,6 +157,21 @@ impl VersionSet {
             state.apply(&edit);
         }
         state.manifest_tail = reader.tail_drop().cloned();
+        // Every record up to the length CURRENT records was synced before
+        // CURRENT was: if any of it is gone, edits whose files may since
+        // have been deleted are lost, and opening would silently lose data.
+        if let Some(recorded) = current.manifest_len {
+            let intact = state.manifest_tail.as_ref().map_or(file_len, |t| t.offset);
+            if intact < recorded {
+                return Err(Error::corruption(
+                    "MANIFEST length",
+                    format!("at least {recorded} intact bytes, as CURRENT records"),
+                    format!("{intact} of {file_len} bytes intact"),
+                )
+                .at(&name));
+            }
+        }
+        state.manifest_len_recorded = current.manifest_len.is_some();
         // Every edit is synced before the next is written, so only the last
         // record can be torn by a crash: damage followed by intact records
         // is corruption, not a crash.
@@ -225,6 +285,7 @@ impl VersionSet {
         Ok(VersionSet {
             fs,
             dir: dir.to_path_buf(),
+            recorded_len: manifest.len(),
             manifest,
             manifest_number,
             manifest_max_bytes,
@@ -260,7 +321,7 @@ impl VersionSet {
         new_tphs: &HashMap<u64, Arc<Tph>>,
     ) -> Result<()> {
         if let Some(e) = &self.broken {
-            return Err(Error::ReadOnly(e.clone()));
+            return Err(Error::Poisoned(e.clone()));
         }
         let version = self.current.apply(&edit, new_tphs)?;
         let log_number = self.log_number.max(edit.log_number.unwrap_or(0));
@@ -293,6 +354,28 @@ impl VersionSet {
         self.broken.is_none()
     }
 
+    /// Records the MANIFEST's length in CURRENT, durably. Files that edits
+    /// made obsolete may be deleted only after this: an open then refuses
+    /// a MANIFEST that lost any edit up to here, and an edit lost past here
+    /// let nothing be deleted, so the state before it is whole. A failure
+    /// leaves CURRENT naming the same MANIFEST with the old length or the
+    /// new one, both true; the caller just deletes nothing.
+    pub(crate) fn record_manifest_length(&mut self) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        let len = self.manifest.len();
+        if len == self.recorded_len {
+            return Ok(());
+        }
+        let fs = self.fs.as_ref();
+        write_current_tmp(fs, &self.dir, &manifest_name(self.manifest_number), len)?;
+        fs.rename(&path(&self.dir, "CURRENT.tmp"), &path(&self.dir, CURRENT))?;
+        fs.sync_dir(&self.dir)?;
+        self.recorded_len = len;
+        Ok(())
+    }
+
     /// Starts a new MANIFEST with a snapshot of the current version. The
     /// edit just logged is durable in both, so whichever one CURRENT names
     /// after a crash is right. Failures before CURRENT is replaced only
@@ -310,7 +393,7 @@ impl VersionSet {
             self.log_number,
             self.last_seq,
         )
-        .and_then(|w| write_current_tmp(fs.as_ref(), &self.dir, &name).map(|()| w))
+        .and_then(|w| write_current_tmp(fs.as_ref(), &self.dir, &name, w.len()).map(|()| w))
         .and_then(|w| {
             fs.rename(&path(&self.dir, "CURRENT.tmp"), &path(&self.dir, CURRENT))
                 .map(|()| w)
@@ -319,6 +402,7 @@ impl VersionSet {
             let _ = fs.remove(&new_path);
             return;
         };
+        self.recorded_len = writer.len();
         self.manifest = writer;
         let old = std::mem::replace(&mut self.manifest_number, number);
         if let Err(e) = fs.sync_dir(&self.dir) {
@@ -350,10 +434,16 @@ fn start_manifest(
     Ok(w)
 }
 
-/// Writes and syncs `CURRENT.tmp` naming `manifest`.
-fn write_current_tmp(fs: &dyn FileSystem, dir: &Path, manifest: &str) -> Result<()> {
+/// Writes and syncs `CURRENT.tmp` naming `manifest` of `manifest_len`
+/// synced bytes.
+fn write_current_tmp(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    manifest: &str,
+    manifest_len: u64,
+) -> Result<()> {
     let mut f = fs.create(&path(dir, "CURRENT.tmp"))?;
-    f.append(encode_current(manifest).as_bytes())?;
+    f.append(encode_current(manifest, manifest_len).as_bytes())?;
     f.sync()
 }
 
@@ -376,7 +466,7 @@ fn write_manifest(
         log_number,
         last_seq,
     )?;
-    write_current_tmp(fs, dir, &name)?;
+    write_current_tmp(fs, dir, &name, w.len())?;
     fs.rename(&path(dir, "CURRENT.tmp"), &path(dir, CURRENT))?;
     fs.sync_dir(dir)?;
     Ok(w)
@@ -388,12 +478,26 @@ mod tests {
 
     #[test]
     fn current_is_checked() {
-        let c = encode_current("MANIFEST-000007");
-        assert_eq!(decode_current(c.as_bytes()).unwrap(), "MANIFEST-000007");
-        for i in 0..c.len() {
-            let mut b = c.clone().into_bytes();
-            b[i] ^= 0x01;
-            assert!(decode_current(&b).is_err(), "byte {i}");
+        for (c, len) in [
+            (encode_current("MANIFEST-000007", 4321), Some(4321)),
+            (encode_current_v1("MANIFEST-000007"), None),
+        ] {
+            let want = Current {
+                manifest: "MANIFEST-000007".into(),
+                manifest_len: len,
+            };
+            assert_eq!(decode_current(c.as_bytes()).unwrap(), want);
+            for i in 0..c.len() {
+                let mut b = c.clone().into_bytes();
+                b[i] ^= 0x01;
+                assert!(decode_current(&b).is_err(), "byte {i} of {c:?}");
+            }
+            for cut in 0..c.len() {
+                assert!(
+                    decode_current(&c.as_bytes()[..cut]).is_err(),
+                    "{cut} of {c:?}"
+                );
+            }
         }
         assert!(decode_current(b"").is_err());
     }
