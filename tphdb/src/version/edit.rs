@@ -106,16 +106,6 @@ impl VersionEdit {
     pub(crate) fn decode(b: &[u8]) -> Result<VersionEdit> {
         let mut d = Decoder::new(b, "version edit");
         let mut e = VersionEdit::default();
-        // Before anything else: a newer format may mean anything.
-        let mut peek = Decoder::new(b, "version edit");
-        if peek.varint().ok() == Some(FORMAT) {
-            let version = peek.varint()?;
-            if version > FORMAT_VERSION {
-                return Err(Error::Unsupported(format!(
-                    "database format version {version}; this tphdb reads up to {FORMAT_VERSION}"
-                )));
-            }
-        }
         let level = |v: u64| {
             u32::try_from(v).map_err(|_| Error::corruption("version edit level", "a u32", v))
         };
@@ -138,7 +128,17 @@ impl VersionEdit {
                     };
                     e.layout = Some(Layout { fanout, one_level });
                 }
-                FORMAT => e.format = Some(d.varint()?),
+                // Written first by every version that writes it: a newer
+                // one is refused before any field whose meaning changed.
+                FORMAT => match d.varint()? {
+                    v @ 1..=FORMAT_VERSION => e.format = Some(v),
+                    0 => return Err(Error::corruption("format version", "1 or more", 0)),
+                    v => {
+                        return Err(Error::Unsupported(format!(
+                            "database format version {v}; this tphdb reads up to {FORMAT_VERSION}"
+                        )))
+                    }
+                },
                 t => return Err(Error::corruption("version edit tag", "1..=10", t)),
             }
         }
