@@ -149,7 +149,7 @@ fn key(thread: u32, k: u32) -> Vec<u8> {
 
 fn options(w: &Workload) -> Options {
     Options {
-        write_buffer_size: w.write_buffer_kb << 10,
+        write_buffer_bytes: w.write_buffer_kb << 10,
         tph_target_bytes: (4 * w.write_buffer_kb as u64) << 10,
         background_threads: 2,
         ..Options::default()

@@ -385,7 +385,7 @@ impl Stress<'_> {
 
 fn options(a: &StressArgs) -> Options {
     Options {
-        write_buffer_size: a.write_buffer_kb << 10,
+        write_buffer_bytes: a.write_buffer_kb << 10,
         tph_target_bytes: (4 * a.write_buffer_kb as u64) << 10,
         ..Options::default()
     }

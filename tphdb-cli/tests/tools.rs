@@ -16,7 +16,7 @@ fn verify_finds_damage_and_repair_salvages_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let db_dir = dir.path().join("db");
     let opts = Options {
-        write_buffer_size: 64 << 10,
+        write_buffer_bytes: 64 << 10,
         ..Options::default()
     };
     let db = DB::open(&opts, &db_dir).unwrap();

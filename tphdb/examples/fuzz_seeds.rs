@@ -138,7 +138,7 @@ fn db_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
         let fs = MemFs::new();
         let opts = Options {
             file_system: Some(Arc::new(fs.clone())),
-            write_buffer_size: 8 << 10,
+            write_buffer_bytes: 8 << 10,
             l0_compaction_trigger: 2,
             fanout: 2,
             ..Options::default()

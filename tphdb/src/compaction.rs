@@ -1,6 +1,7 @@
-//! What to flush or compact next: a pure function of the shape of a
-//! version, the jobs running and the policy, apart from running jobs and
-//! applying their edits (LevelDB's `VersionSet::PickCompaction`).
+//! What to flush or compact next, and which pieces a merge folds: pure
+//! functions of the shape of a version, the jobs running and the policy,
+//! apart from running jobs and applying their edits (LevelDB's
+//! `VersionSet::PickCompaction`).
 //!
 //! A job owns the TPHs it rewrites: a flush in one-level mode and a level-0
 //! compaction own all of level 1; pushing TPH `(i, p)` down owns it and its
@@ -204,6 +205,54 @@ fn oldest_l0_that_fit(shape: &Shape, policy: &Policy) -> Vec<u64> {
     oldest
 }
 
+/// What the GC choice needs to know of a piece of a TPH being merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PieceLife {
+    /// Its entries that are still live (0: the piece is dead and goes).
+    pub(crate) live: u64,
+    /// All its entries.
+    pub(crate) entries: u64,
+    /// Data bytes of the live entries: what folding it rewrites.
+    pub(crate) live_bytes: u64,
+}
+
+/// Which pieces (oldest first) a merge folds into the piece it writes: any
+/// whose live fraction is below `min_live_ratio` (space reclamation), and
+/// then enough of the cheapest to rewrite (fewest live bytes, then oldest)
+/// that the TPH keeps at most `max_pieces`, the new piece included. Folding
+/// anything makes a new piece even without a delta (`adds_piece`). Dead
+/// pieces are never victims: they simply go.
+pub(crate) fn pick_victims(
+    pieces: &[PieceLife],
+    max_pieces: usize,
+    min_live_ratio: f64,
+    adds_piece: bool,
+) -> Vec<bool> {
+    let mut victim = vec![false; pieces.len()];
+    let mut candidates: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].live > 0).collect();
+    for &i in &candidates {
+        let p = pieces[i];
+        if (p.live as f64) < min_live_ratio * p.entries.max(1) as f64 {
+            victim[i] = true;
+        }
+    }
+    let kept = candidates.iter().filter(|&&i| !victim[i]).count();
+    let max = max_pieces.max(1);
+    let new_piece = adds_piece || victim.iter().any(|&v| v) || kept + 1 > max;
+    let mut excess = (kept + new_piece as usize).saturating_sub(max);
+    candidates.sort_by_key(|&i| (pieces[i].live_bytes, i));
+    for i in candidates {
+        if excess == 0 {
+            break;
+        }
+        if !victim[i] {
+            victim[i] = true;
+            excess -= 1;
+        }
+    }
+    victim
+}
+
 /// Whether the bottom level should get a level below it: its TPHs average
 /// more than `fanout` times the target size, and one more level fits.
 pub(crate) fn should_deepen(shape: &Shape, policy: &Policy) -> bool {
@@ -346,6 +395,45 @@ mod tests {
         assert_eq!(running, Running::default());
         // No push-down in one-level mode: level 1 is the bottom.
         assert_eq!(pick(&s, 0, &running, &p), None);
+    }
+
+    fn life(live: u64, entries: u64, live_bytes: u64) -> PieceLife {
+        PieceLife {
+            live,
+            entries,
+            live_bytes,
+        }
+    }
+
+    #[test]
+    fn folds_keep_the_piece_count_and_take_the_cheapest() {
+        // Four pieces, room for four with the new one: fold the cheapest.
+        let pieces = [
+            life(10, 10, 500),
+            life(10, 10, 100),
+            life(10, 10, 300),
+            life(10, 10, 100),
+        ];
+        assert_eq!(
+            pick_victims(&pieces, 4, 0.3, true),
+            [false, true, false, false]
+        );
+        // Ties go to the oldest; room for all: nothing folds.
+        assert_eq!(pick_victims(&pieces, 5, 0.3, true), [false; 4]);
+        assert_eq!(
+            pick_victims(&pieces, 2, 0.3, true),
+            [false, true, true, true]
+        );
+    }
+
+    #[test]
+    fn mostly_dead_pieces_fold_and_dead_ones_just_go() {
+        let pieces = [life(2, 10, 20), life(0, 10, 0), life(9, 10, 90)];
+        // The first is 20% live: folded even with room, making a new piece.
+        assert_eq!(pick_victims(&pieces, 16, 0.3, false), [true, false, false]);
+        assert_eq!(pick_victims(&pieces, 16, 0.1, false), [false; 3]);
+        // At max_pieces without a delta, one still folds to make room.
+        assert_eq!(pick_victims(&pieces[2..], 1, 0.1, false), [true]);
     }
 
     #[test]

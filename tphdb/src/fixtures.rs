@@ -32,14 +32,14 @@ fn fixtures() -> PathBuf {
 /// memtables and blocks so that a few hundred keys make several TPHs.
 fn db_options() -> Options {
     Options {
-        write_buffer_size: 8 << 10,
+        write_buffer_bytes: 8 << 10,
         tph_target_bytes: 8 << 10,
         fanout: 2,
         max_levels: 3,
         l0_compaction_trigger: 100,
         l0_slowdown_trigger: 100,
         l0_stop_trigger: 100,
-        page_size: 512,
+        page_size_bytes: 512,
         background_threads: 1,
         ..Options::default()
     }

@@ -19,7 +19,7 @@ const DIR: &str = "/db";
 fn options(fs: &FaultFs) -> Options {
     Options {
         file_system: Some(Arc::new(fs.clone())),
-        write_buffer_size: 3 << 10,
+        write_buffer_bytes: 3 << 10,
         max_immutable_memtables: 2,
         tph_target_bytes: 3 << 10,
         fanout: 2,
@@ -28,7 +28,7 @@ fn options(fs: &FaultFs) -> Options {
         max_pieces: 3,
         manifest_max_bytes: 2 << 10,
         background_threads: 1,
-        page_size: 512,
+        page_size_bytes: 512,
         ..Options::default()
     }
 }
@@ -378,7 +378,7 @@ fn sweep_crashing_at_each_sync() {
 /// in (the least a WAL truncation may leave).
 fn small_db(fs: &FaultFs) -> (State, State) {
     let opts = Options {
-        write_buffer_size: 1 << 20,
+        write_buffer_bytes: 1 << 20,
         ..options(fs)
     };
     let db = DB::open(&opts, DIR).unwrap();
@@ -417,7 +417,7 @@ fn flipping_any_bit_of_any_file_never_yields_a_wrong_value() {
             bad[bit / 8] ^= 1 << (bit % 8);
             rewrite(&img, &path, &bad);
             let opts = Options {
-                write_buffer_size: 1 << 20,
+                write_buffer_bytes: 1 << 20,
                 ..options(&img)
             };
             let Ok(db) = DB::open_for_read_only(&opts, DIR) else {
@@ -549,7 +549,7 @@ fn a_failed_sync_makes_the_database_read_only_until_reopened() {
 fn wals_after_a_torn_one_are_not_replayed() {
     let fs = FaultFs::new();
     let opts = Options {
-        write_buffer_size: 1 << 20,
+        write_buffer_bytes: 1 << 20,
         ..options(&fs)
     };
     let db = DB::open(&opts, DIR).unwrap();

@@ -23,7 +23,7 @@ enum Mode {
 
 fn options(mode: Mode, fs: &MemFs) -> Options {
     Options {
-        write_buffer_size: 4 << 10,
+        write_buffer_bytes: 4 << 10,
         max_immutable_memtables: 2,
         tph_target_bytes: 2 << 10,
         fanout: 2,
@@ -33,7 +33,7 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         one_level: matches!(mode, Mode::OneLevel),
         single_tier: matches!(mode, Mode::SingleTier),
         background_threads: 2,
-        page_size: 512,
+        page_size_bytes: 512,
         read_mode: if matches!(mode, Mode::ParallelReads) {
             ReadMode::Pread
         } else {

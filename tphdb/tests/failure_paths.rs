@@ -145,7 +145,7 @@ fn a_failed_manifest_append_does_not_lose_later_edits() {
     let fs = FaultFs::new();
     fs.set_torn_appends(true);
     let opts = Options {
-        write_buffer_size: 64 << 10,
+        write_buffer_bytes: 64 << 10,
         ..options(&fs)
     };
     let db = DB::open(&opts, DIR).unwrap();
@@ -198,7 +198,7 @@ fn a_failed_manifest_append_does_not_lose_later_edits() {
 fn a_failed_flush_is_retried_without_new_writes() {
     let fs = FaultFs::new();
     let opts = Options {
-        write_buffer_size: 32 << 10,
+        write_buffer_bytes: 32 << 10,
         ..options(&fs)
     };
     let db = DB::open(&opts, DIR).unwrap();
@@ -281,7 +281,7 @@ fn a_failed_open_releases_the_database() {
 fn compact_range_on_a_full_disk_leaves_the_database_writable() {
     let fs = FaultFs::new();
     let opts = Options {
-        write_buffer_size: 32 << 10,
+        write_buffer_bytes: 32 << 10,
         ..options(&fs)
     };
     let db = DB::open(&opts, DIR).unwrap();
@@ -349,7 +349,7 @@ fn listing(fs: &FaultFs) -> Vec<(String, u64)> {
 fn a_manifest_shorter_than_current_records_is_refused_and_nothing_deleted() {
     let fs = FaultFs::new();
     let opts = Options {
-        write_buffer_size: 16 << 10,
+        write_buffer_bytes: 16 << 10,
         ..options(&fs)
     };
     let db = DB::open(&opts, DIR).unwrap();

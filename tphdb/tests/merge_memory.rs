@@ -52,7 +52,7 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
     let opts = Options {
         one_level: true,
         fanout: 2,
-        write_buffer_size: 64 << 20,
+        write_buffer_bytes: 64 << 20,
         // 1 MiB per job: index batches of 64K hashes.
         compaction_memory_bytes: 2 << 20,
         phf_segment_keys: 1 << 12,

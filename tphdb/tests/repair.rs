@@ -17,12 +17,12 @@ const DIR: &str = "/db";
 fn options(fs: &FaultFs) -> Options {
     Options {
         file_system: Some(Arc::new(fs.clone())),
-        write_buffer_size: 3 << 10,
+        write_buffer_bytes: 3 << 10,
         tph_target_bytes: 3 << 10,
         fanout: 2,
         l0_compaction_trigger: 2,
         background_threads: 1,
-        page_size: 512,
+        page_size_bytes: 512,
         ..Options::default()
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde_json::json;
-use tphdb::{DbStats, Options, DB};
+use tphdb::{DBStats, Options, DB};
 
 use super::child::{bench_key as key, Values};
 use super::report::round;
@@ -44,7 +44,7 @@ pub struct DbArgs {
 fn engine_options(a: &DbArgs) -> Options {
     let d = Options::default();
     Options {
-        write_buffer_size: a.write_buffer_mb.map_or(d.write_buffer_size, |m| m << 20),
+        write_buffer_bytes: a.write_buffer_mb.map_or(d.write_buffer_bytes, |m| m << 20),
         tph_target_bytes: a.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
         ..d
     }
@@ -113,7 +113,7 @@ pub fn run_open(a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     };
     let time_open =
-        |label: &str, with_wal: bool| -> Result<(f64, DbStats), Box<dyn std::error::Error>> {
+        |label: &str, with_wal: bool| -> Result<(f64, DBStats), Box<dyn std::error::Error>> {
             let mut times = Vec::new();
             let mut stats = None;
             for _ in 0..3 {

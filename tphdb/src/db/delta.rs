@@ -88,6 +88,7 @@ pub(super) fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Ve
             .expect("counted")
             .push(e);
     }
+    debug_assert!(parts.keys().all(|&p| p < partitions));
     parts
 }
 

@@ -161,10 +161,12 @@ impl Inner {
 
     /// Opens a level below the bottom when the policy says so.
     fn maybe_deepen(&self, st: &mut State) -> Result<()> {
-        if st.versions.is_none() || !compaction::should_deepen(&self.shape(st), &self.policy) {
+        if !compaction::should_deepen(&self.shape(st), &self.policy) {
             return Ok(());
         }
-        let vs = st.versions.as_mut().expect("checked above");
+        let Some(vs) = st.versions.writable() else {
+            return Ok(());
+        };
         let edit = VersionEdit {
             depth: Some(vs.current.depth + 1),
             ..VersionEdit::default()
@@ -177,7 +179,7 @@ impl Inner {
     /// After a failed MANIFEST edit: a full disk that left the MANIFEST as
     /// it was is retried later; anything else stops writes.
     fn edit_failed(&self, st: &mut State, e: &Error) {
-        let clean = st.versions.as_ref().is_some_and(|v| v.accepts_edits());
+        let clean = st.versions.writable().is_some_and(|v| v.accepts_edits());
         if !(e.is_no_space() && clean) {
             self.poison(st, e);
         }
@@ -284,7 +286,7 @@ impl Inner {
 
     pub(super) fn new_file_number(&self) -> Result<u64> {
         let mut st = self.state.lock();
-        match st.versions.as_mut() {
+        match st.versions.writable() {
             Some(vs) => Ok(vs.new_file_number()),
             None => Err(Error::Internal("a job on a read-only database".into())),
         }
@@ -333,7 +335,7 @@ impl Inner {
         let visible = self.visible_seq.load(Ordering::Acquire);
         let vs = st
             .versions
-            .as_mut()
+            .writable()
             .expect("jobs run only on writable databases");
         vs.last_seq = vs.last_seq.max(visible);
         // The new pieces' directory entries must be durable before the
@@ -348,7 +350,7 @@ impl Inner {
         let edit = std::mem::take(&mut change.edit);
         let vs = st
             .versions
-            .as_mut()
+            .writable()
             .expect("jobs run only on writable databases");
         if let Err(e) = vs.log_and_apply(edit, &change.new_tphs) {
             if vs.accepts_edits() {
@@ -390,7 +392,7 @@ impl Inner {
         {
             return;
         }
-        let Some(vs) = st.versions.as_mut() else {
+        let Some(vs) = st.versions.writable() else {
             return;
         };
         if let Err(e) = vs.log_and_apply(VersionEdit::default(), &HashMap::new()) {
@@ -408,7 +410,7 @@ impl Inner {
     /// `VersionSet::record_manifest_length`). If that fails the files stay
     /// (the next open removes them).
     fn carry_out(&self, st: &mut State, done: super::Deferred) {
-        let Some(vs) = st.versions.as_mut() else {
+        let Some(vs) = st.versions.writable() else {
             return;
         };
         if vs.record_manifest_length().is_err() {

@@ -31,7 +31,7 @@ pub use iter::{DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
 pub use options::{Options, SyncPolicy, WriteOptions};
 pub use read::Snapshot;
 pub use repair::{FileCheck, RepairReport, VerifyReport};
-pub use stats::{DbStats, LevelStats};
+pub use stats::{DBStats, LevelStats};
 
 use self::stats::Stats;
 use self::write::{WalWriter, WriteQueue};
@@ -54,10 +54,7 @@ pub(crate) struct State {
     pub(crate) mem: Arc<MemTable>,
     /// Frozen memtables, oldest first.
     pub(crate) imms: VecDeque<Arc<MemTable>>,
-    /// `None` for a read-only database.
-    pub(crate) versions: Option<VersionSet>,
-    /// The version of a read-only database.
-    pub(crate) fixed_version: Option<Arc<Version>>,
+    pub(crate) versions: Versions,
     /// What the running jobs own.
     pub(crate) running: crate::compaction::Running,
     pub(crate) running_jobs: usize,
@@ -146,14 +143,27 @@ impl Deferred {
     }
 }
 
+/// The versions of a writable database, or the one of a read-only one.
+pub(crate) enum Versions {
+    Writable(VersionSet),
+    ReadOnly(Arc<Version>),
+}
+
+impl Versions {
+    /// The version set, when the database is writable.
+    pub(crate) fn writable(&mut self) -> Option<&mut VersionSet> {
+        match self {
+            Versions::Writable(vs) => Some(vs),
+            Versions::ReadOnly(_) => None,
+        }
+    }
+}
+
 impl State {
     pub(crate) fn current(&self) -> &Arc<Version> {
         match &self.versions {
-            Some(v) => &v.current,
-            None => self
-                .fixed_version
-                .as_ref()
-                .expect("a read-only database has a version"),
+            Versions::Writable(vs) => &vs.current,
+            Versions::ReadOnly(v) => v,
         }
     }
 }
@@ -250,7 +260,7 @@ impl Inner {
             // A cleanly closed database's CURRENT records its MANIFEST's
             // full length: the next open checks every edit is there.
             if st.bg_error.is_none() {
-                if let Some(Err(e)) = st.versions.as_mut().map(|v| v.record_manifest_length()) {
+                if let Some(Err(e)) = st.versions.writable().map(|v| v.record_manifest_length()) {
                     self.poison(&mut st, &e);
                 }
             }
@@ -470,7 +480,7 @@ impl DB {
     }
 
     /// Statistics, typed.
-    pub fn stats(&self) -> DbStats {
+    pub fn stats(&self) -> DBStats {
         self.inner.collect_stats()
     }
 

@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::stats::Stats;
 use super::write::{WalWriter, WriteQueue};
-use super::{Inner, Options, State, SuperVersion, SyncPolicy};
+use super::{Inner, Options, State, SuperVersion, SyncPolicy, Versions};
 use crate::batch::WriteBatch;
 use crate::error::{Error, Result};
 use crate::filename::{
@@ -159,7 +159,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         }
     }
 
-    let (mem, imms, versions, fixed_version, wal) = if read_only {
+    let (mem, imms, versions, wal) = if read_only {
         let mem = Arc::new(recovered);
         let wal = WalWriter {
             log: None,
@@ -167,7 +167,12 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             mem: mem.clone(),
             last_seq,
         };
-        (mem, VecDeque::new(), None, Some(Arc::new(version)), wal)
+        (
+            mem,
+            VecDeque::new(),
+            Versions::ReadOnly(Arc::new(version)),
+            wal,
+        )
     } else {
         let next_file = state.next_file.max(max_number + 1).max(2);
         let mut vs = VersionSet::start(
@@ -196,13 +201,13 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             mem: mem.clone(),
             last_seq,
         };
-        (mem, imms, Some(vs), None, wal)
+        (mem, imms, Versions::Writable(vs), wal)
     };
 
     let piece_options = PieceOptions {
         phf_kind: opts.phf_kind,
         phf: opts.phf_config(),
-        page_size: opts.page_size,
+        page_size: opts.page_size_bytes,
         compression: opts.compression,
         ..PieceOptions::default()
     };
@@ -230,7 +235,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         mem: mem.clone(),
         imms,
         versions,
-        fixed_version,
         running: Default::default(),
         running_jobs: 0,
         manual: false,
@@ -384,7 +388,7 @@ fn retire_replayed_wals(inner: &Arc<Inner>) -> Result<()> {
         ..VersionEdit::default()
     };
     st.versions
-        .as_mut()
+        .writable()
         .expect("a writable database has versions")
         .log_and_apply(edit, &HashMap::new())
 }

@@ -9,6 +9,7 @@ use crate::piece::Compression;
 
 /// When the WAL is synced to disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SyncPolicy {
     /// Every write group is synced before it is acknowledged.
     EveryWrite,
@@ -22,47 +23,53 @@ pub enum SyncPolicy {
 }
 
 /// Options of a database. Defaults follow the CompassDB paper, but for
-/// memtable sizes (see `docs/design.md`).
+/// memtable sizes (see `docs/design.md`). Each field says its default;
+/// sizes are in bytes and say so in their names.
 #[derive(Clone)]
 pub struct Options {
-    /// Create the database if the directory holds none.
+    /// Create the database if the directory holds none (true).
     pub create_if_missing: bool,
-    /// Fail if a database already exists.
+    /// Fail if a database already exists (false).
     pub error_if_exists: bool,
     /// Size at which the active memtable is frozen and flushed (64 MiB; the
     /// paper: 128 MiB).
-    pub write_buffer_size: usize,
+    pub write_buffer_bytes: usize,
     /// Frozen memtables waiting for flush before writers stall (2; the
     /// paper: 4).
     pub max_immutable_memtables: usize,
-    /// One bound on memtable memory: when set, `write_buffer_size` becomes
-    /// `memory_budget / (1 + max_immutable_memtables)`.
-    pub memory_budget: Option<usize>,
-    /// One-level mode (§4.4.1): flushes merge straight into level 1; there
-    /// is no level 0 and no deeper level.
+    /// One bound on memtable memory (none): when set, `write_buffer_bytes`
+    /// becomes `memory_budget_bytes / (1 + max_immutable_memtables)`.
+    pub memory_budget_bytes: Option<usize>,
+    /// One-level mode (§4.4.1, false): flushes merge straight into level 1;
+    /// there is no level 0 and no deeper level.
     pub one_level: bool,
-    /// Single-tier mode (§4.4.2): at most two pieces per TPH, for
+    /// Single-tier mode (§4.4.2, false): at most two pieces per TPH, for
     /// overwrite-heavy workloads (less space and read amplification).
     pub single_tier: bool,
-    /// Pieces per TPH before the oldest are folded (paper: 16).
+    /// Pieces per TPH before the oldest are folded (16, as the paper;
+    /// 1..=1024).
     pub max_pieces: usize,
-    /// TPHs of level `i + 1` per TPH of level `i`. Fixed at creation.
+    /// TPHs of level `i + 1` per TPH of level `i` (8; at least 2). Fixed
+    /// when the database is created.
     pub fanout: u32,
-    /// Deepest level (level 0 not counted).
+    /// Deepest level, level 0 not counted (6; 1..=16, and
+    /// `fanout^max_levels <= 2^32`).
     pub max_levels: u32,
-    /// A TPH above the bottom level is pushed down past this many bytes; the
-    /// bottom level gets a level below it once its TPHs average `fanout`
-    /// times this.
+    /// A TPH above the bottom level is pushed down past this many bytes
+    /// (256 MiB); the bottom level gets a level below it once its TPHs
+    /// average `fanout` times this.
     pub tph_target_bytes: u64,
-    /// Level-0 TPHs that trigger a compaction into level 1.
+    /// Level-0 TPHs that trigger a compaction into level 1 (4).
     pub l0_compaction_trigger: usize,
-    /// Level-0 TPHs at which each write group is delayed by a millisecond.
+    /// Level-0 TPHs at which each write group is delayed by a millisecond
+    /// (12).
     pub l0_slowdown_trigger: usize,
-    /// Level-0 TPHs at which writes wait for compaction.
+    /// Level-0 TPHs at which writes wait for compaction (20).
     pub l0_stop_trigger: usize,
-    /// When the WAL is synced.
+    /// When the WAL is synced (`Never`: only writes that ask, memtable
+    /// switches and `close`).
     pub sync_policy: SyncPolicy,
-    /// How piece files are read.
+    /// How piece files are read (`Mmap`).
     pub read_mode: ReadMode,
     /// Bytes of verified blocks kept in memory, shared by all reads, with
     /// the `Pread` and `Direct` read modes (with `Mmap` the page cache does
@@ -71,26 +78,28 @@ pub struct Options {
     /// indexes it needs and drops them with it.
     pub block_cache_bytes: usize,
     /// Piece files kept open at once with the `Pread` and `Direct` read
-    /// modes, which hold a descriptor per piece (1000, LevelDB's default);
-    /// past it the least recently read are closed and reopen on their next
-    /// read. Mapped pieces hold no descriptor.
+    /// modes, which hold a descriptor per piece (1000, LevelDB's default;
+    /// at least 1); past it the least recently read are closed and reopen
+    /// on their next read. Mapped pieces hold no descriptor.
     pub max_open_files: usize,
-    /// Block compression of new pieces.
+    /// Block compression of new pieces (`None`, as the paper measures).
     pub compression: Compression,
     /// Perfect hash of new pieces (CPHash). With PtrHash, pieces built with
     /// PtrHash are also read; otherwise they are refused, because the
     /// PtrHash loader does not validate what it loads.
     pub phf_kind: PhfKind,
-    /// Perfect hash table size over key count (paper: 1.1).
+    /// Perfect hash table size over key count (1.1, as the paper; 1.0 to
+    /// 16.0, and 1.0 is a minimal perfect hash).
     pub phf_table_factor: f64,
-    /// Keys per perfect-hash segment: segments are built in parallel
-    /// (paper §4.1.3), and small ones stay in the CPU cache while built.
+    /// Keys per perfect-hash segment (65536; 1 to 2^26): segments are built
+    /// in parallel (paper §4.1.3), and small ones stay in the CPU cache
+    /// while built.
     pub phf_segment_keys: usize,
-    /// Signature bits per global-index slot. An absent key costs a read with
-    /// probability `2^-bits` per TPH consulted, and a lookup consults every
-    /// level-0 TPH and one TPH per level: the paper's 8 bits let several
-    /// TPHs add up past 1% extra reads, 10 bits keep them under it for
-    /// about 0.27 more index bytes per key.
+    /// Signature bits per global-index slot (10; 1..=32). An absent key
+    /// costs a read with probability `2^-bits` per TPH consulted, and a
+    /// lookup consults every level-0 TPH and one TPH per level: the paper's
+    /// 8 bits let several TPHs add up past 1% extra reads, 10 bits keep them
+    /// under it for about 0.27 more index bytes per key.
     pub signature_bits: u32,
     /// Memory the running compactions together hold (128 MiB), shared
     /// equally by the `background_threads`; half of a share is for input,
@@ -101,21 +110,22 @@ pub struct Options {
     /// key hashes, streamed, its perfect hash built a batch of segments at a
     /// time within the index half (8 bytes per key in a batch).
     pub compaction_memory_bytes: usize,
-    /// Threads for compactions (a fixed pool); flushes have a thread of
-    /// their own besides.
+    /// Threads for compactions, a fixed pool (2; at least 1); flushes have
+    /// a thread of their own besides.
     pub background_threads: usize,
     /// Threads iterators use to read blocks and seek pieces in parallel
-    /// with the `Pread` and `Direct` read modes (reads block, so more
-    /// threads than cores keep more reads in flight). Unused with `Mmap`.
+    /// with the `Pread` and `Direct` read modes (16: reads block, so more
+    /// threads than cores keep more reads in flight). Unused with `Mmap`;
+    /// 0 or 1 reads in the caller's thread.
     pub scan_io_threads: usize,
-    /// Block size target of pieces.
-    pub page_size: usize,
-    /// Start a new MANIFEST past this size.
+    /// Block size target of pieces (4096 bytes, a page; at most 1 MiB).
+    pub page_size_bytes: usize,
+    /// Start a new MANIFEST past this size (64 MiB).
     pub manifest_max_bytes: u64,
     /// Pieces whose live fraction falls below this are folded at the next
-    /// compaction of their TPH.
+    /// compaction of their TPH (0.3).
     pub min_live_ratio: f64,
-    /// File system to use (default: the real one).
+    /// File system to use (none: the real one, [`crate::fs::PosixFs`]).
     pub file_system: Option<Arc<dyn FileSystem>>,
 }
 
@@ -124,9 +134,9 @@ impl Default for Options {
         Options {
             create_if_missing: true,
             error_if_exists: false,
-            write_buffer_size: 64 << 20,
+            write_buffer_bytes: 64 << 20,
             max_immutable_memtables: 2,
-            memory_budget: None,
+            memory_budget_bytes: None,
             one_level: false,
             single_tier: false,
             max_pieces: 16,
@@ -148,7 +158,7 @@ impl Default for Options {
             compaction_memory_bytes: 128 << 20,
             background_threads: 2,
             scan_io_threads: 16,
-            page_size: 4096,
+            page_size_bytes: 4096,
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,
             file_system: None,
@@ -159,34 +169,46 @@ impl Default for Options {
 impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
-            .field("write_buffer_size", &self.write_buffer_size)
+            .field("create_if_missing", &self.create_if_missing)
+            .field("error_if_exists", &self.error_if_exists)
+            .field("write_buffer_bytes", &self.write_buffer_bytes)
             .field("max_immutable_memtables", &self.max_immutable_memtables)
-            .field("memory_budget", &self.memory_budget)
+            .field("memory_budget_bytes", &self.memory_budget_bytes)
             .field("one_level", &self.one_level)
             .field("single_tier", &self.single_tier)
             .field("max_pieces", &self.max_pieces)
             .field("fanout", &self.fanout)
             .field("max_levels", &self.max_levels)
             .field("tph_target_bytes", &self.tph_target_bytes)
+            .field("l0_compaction_trigger", &self.l0_compaction_trigger)
+            .field("l0_slowdown_trigger", &self.l0_slowdown_trigger)
+            .field("l0_stop_trigger", &self.l0_stop_trigger)
             .field("sync_policy", &self.sync_policy)
             .field("read_mode", &self.read_mode)
             .field("block_cache_bytes", &self.block_cache_bytes)
             .field("max_open_files", &self.max_open_files)
             .field("compression", &self.compression)
             .field("phf_kind", &self.phf_kind)
+            .field("phf_table_factor", &self.phf_table_factor)
+            .field("phf_segment_keys", &self.phf_segment_keys)
             .field("signature_bits", &self.signature_bits)
             .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
-            .finish_non_exhaustive()
+            .field("scan_io_threads", &self.scan_io_threads)
+            .field("page_size_bytes", &self.page_size_bytes)
+            .field("manifest_max_bytes", &self.manifest_max_bytes)
+            .field("min_live_ratio", &self.min_live_ratio)
+            .field("file_system", &self.file_system)
+            .finish()
     }
 }
 
 impl Options {
-    /// `write_buffer_size` after applying `memory_budget`.
+    /// `write_buffer_bytes` after applying `memory_budget_bytes`.
     pub(crate) fn effective_write_buffer(&self) -> usize {
-        match self.memory_budget {
+        match self.memory_budget_bytes {
             Some(b) => (b / (1 + self.max_immutable_memtables)).max(64 << 10),
-            None => self.write_buffer_size,
+            None => self.write_buffer_bytes,
         }
     }
 
@@ -239,8 +261,8 @@ impl Options {
         if self.background_threads == 0 {
             return bad("background_threads must be at least 1");
         }
-        if self.page_size == 0 || self.page_size > 1 << 20 {
-            return bad("page_size must be in 1..=1 MiB");
+        if self.page_size_bytes == 0 || self.page_size_bytes > 1 << 20 {
+            return bad("page_size_bytes must be in 1..=1 MiB");
         }
         if self.l0_compaction_trigger == 0 || self.l0_stop_trigger < self.l0_compaction_trigger {
             return bad("need 1 <= l0_compaction_trigger <= l0_stop_trigger");

@@ -25,6 +25,7 @@ use crate::version::{decode_current, Version, VersionSet};
 
 /// What [`DB::verify`] found in one file.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct FileCheck {
     /// The file's name in the database directory.
     pub name: String,
@@ -36,6 +37,7 @@ pub struct FileCheck {
 
 /// The result of [`DB::verify`], file by file.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Every file looked at, in directory order.
     pub files: Vec<FileCheck>,
@@ -87,6 +89,7 @@ impl fmt::Display for VerifyReport {
 
 /// What [`DB::repair`] kept and lost.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct RepairReport {
     /// Keys in the repaired database.
     pub keys: u64,

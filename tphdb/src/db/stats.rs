@@ -56,6 +56,7 @@ impl Stats {
 
 /// The structure of one level.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LevelStats {
     /// Level number (0 is the flush level).
     pub level: u32,
@@ -79,7 +80,8 @@ pub struct LevelStats {
 
 /// A snapshot of the database's statistics.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct DbStats {
+#[non_exhaustive]
+pub struct DBStats {
     /// Keys written (puts and deletes).
     pub writes: u64,
     /// Bytes of keys and values written by the user.
@@ -170,7 +172,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 impl Inner {
-    pub(crate) fn collect_stats(&self) -> DbStats {
+    pub(crate) fn collect_stats(&self) -> DBStats {
         let s = &self.stats;
         let (sv, _) = self.read_view();
         let v = &sv.version;
@@ -219,7 +221,7 @@ impl Inner {
             .cache
             .as_ref()
             .map_or((0, 0, 0), |c| c.usage());
-        DbStats {
+        DBStats {
             writes: s.writes.load(Relaxed),
             user_bytes_written: user,
             disk_bytes_written: written,
@@ -300,7 +302,7 @@ impl Inner {
     }
 }
 
-impl DbStats {
+impl DBStats {
     /// The per-level structure as a table.
     pub fn level_table(&self) -> String {
         let mut s = String::from(

@@ -162,6 +162,7 @@ impl Inner {
             }
         }
         let user_bytes = wal.mem.insert_batch(seq, &batch);
+        debug_assert!(count > 0 && seq > self.visible_seq.load(Ordering::Acquire));
         wal.last_seq = seq + count - 1;
         self.visible_seq.store(wal.last_seq, Ordering::Release);
         self.stats
@@ -227,7 +228,7 @@ impl Inner {
     /// first, so that no later synced write can survive a crash that loses
     /// earlier writes.
     fn switch_memtable(self: &Arc<Self>, st: &mut super::State, wal: &mut WalWriter) -> Result<()> {
-        let number = st.versions.as_mut().expect("writable").new_file_number();
+        let number = st.versions.writable().expect("writable").new_file_number();
         let wal_path = path(&self.dir, &wal_name(number));
         let file = self.fs.create(&wal_path)?;
         if let Err(e) = self.fs.sync_dir(&self.dir) {

@@ -17,6 +17,7 @@ pub(crate) struct AlignedBuf {
 
 // SAFETY: the buffer is uniquely owned heap memory, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only read it, like a Vec<u8>'s.
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {

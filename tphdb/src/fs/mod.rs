@@ -23,8 +23,10 @@ use bytes::Bytes;
 
 use crate::error::Result;
 
+#[doc(hidden)]
 pub use counting::{CountingFs, IoCounts};
 pub use fault::{FaultFs, OpKind};
+#[doc(hidden)]
 pub use lock::LockTable;
 pub use mem::MemFs;
 pub(crate) use open_files::OpenFiles;
@@ -32,6 +34,7 @@ pub use posix::PosixFs;
 
 /// How an immutable file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReadMode {
     /// Map the file; a read is a page-cache hit or a page fault. Pogreb
     /// measured mmap about twice as fast as read calls for lookups.
@@ -133,6 +136,7 @@ pub(crate) fn out_of_bounds(offset: u64, len: usize, file_len: u64) -> crate::Er
 }
 
 /// Reads the whole file at `path`.
+#[doc(hidden)]
 pub fn read_all(fs: &dyn FileSystem, path: &Path) -> Result<Bytes> {
     let f = fs.open_read(path, ReadMode::Pread)?;
     f.read_at(0, f.len() as usize)

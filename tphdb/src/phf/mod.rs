@@ -173,6 +173,7 @@ pub(crate) fn unseal(bytes: &[u8], min_len: usize, strict: bool) -> Result<&[u8]
 
 /// Which perfect hash implementation a table uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PhfKind {
     /// CPHash, tphdb's own (the default).
     #[default]

@@ -190,6 +190,7 @@ pub(crate) fn decode_directory(b: &[u8], limit: u64) -> Result<Vec<Section>> {
 
 /// Block compression.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Compression {
     /// Blocks are stored as they are.
     #[default]

@@ -17,6 +17,7 @@ use super::meta::{
     TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS,
 };
 use super::{piece_file_name, PieceFile, PieceReads, Tph};
+use crate::compaction::{pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
@@ -315,7 +316,21 @@ pub(crate) fn merge(
 
     // Dead pieces go; victims are folded into the new piece.
     let dead: Vec<bool> = live_counts.iter().map(|&l| l == 0).collect();
-    let victim = pick_victims(ctx, base_pieces, &live_counts, &dead, !delta.is_empty());
+    let lives: Vec<PieceLife> = base_pieces
+        .iter()
+        .zip(&live_counts)
+        .map(|(p, &live)| PieceLife {
+            live,
+            entries: p.properties().entry_count,
+            live_bytes: p.properties().data_bytes_of(live),
+        })
+        .collect();
+    let victim = pick_victims(
+        &lives,
+        ctx.max_pieces,
+        ctx.min_live_ratio,
+        !delta.is_empty(),
+    );
     let changed = !delta.is_empty() || dead.iter().any(|&d| d) || victim.iter().any(|&v| v);
     if !changed {
         return Ok(MergeOutcome::Unchanged);
@@ -456,6 +471,11 @@ pub(crate) fn merge(
         &exceptions,
         piece_count,
     )?;
+    debug_assert_eq!(pieces.len(), counts.len());
+    debug_assert!(
+        counts.iter().all(|&c| c > 0),
+        "a piece without live keys stays"
+    );
     let tph = Tph {
         level: ctx.level,
         partition: ctx.partition,
@@ -469,42 +489,6 @@ pub(crate) fn merge(
         obsolete,
         stats,
     })
-}
-
-/// Chooses the pieces to fold: enough of the cheapest (fewest live bytes,
-/// then oldest) to stay within `max_pieces`, and any mostly dead piece.
-fn pick_victims(
-    ctx: &MergeContext<'_>,
-    pieces: &[Arc<PieceFile>],
-    live_counts: &[u64],
-    dead: &[bool],
-    adds_piece: bool,
-) -> Vec<bool> {
-    let mut victim = vec![false; pieces.len()];
-    let live_bytes = |i: usize| pieces[i].properties().data_bytes_of(live_counts[i]);
-    let mut candidates: Vec<usize> = (0..pieces.len()).filter(|&i| !dead[i]).collect();
-    for &i in &candidates {
-        let entries = pieces[i].properties().entry_count.max(1);
-        if (live_counts[i] as f64) < ctx.min_live_ratio * entries as f64 {
-            victim[i] = true;
-        }
-    }
-    let kept = candidates.iter().filter(|&&i| !victim[i]).count();
-    let max = ctx.max_pieces.max(1);
-    // Folding anything means a new piece is written even without a delta.
-    let new_piece = adds_piece || victim.iter().any(|&v| v) || kept + 1 > max;
-    let mut excess = (kept + new_piece as usize).saturating_sub(max);
-    candidates.sort_by_key(|&i| (live_bytes(i), i));
-    for i in candidates {
-        if excess == 0 {
-            break;
-        }
-        if !victim[i] {
-            victim[i] = true;
-            excess -= 1;
-        }
-    }
-    victim
 }
 
 /// The global index of the merged key set, as head-piece sections in the

@@ -122,7 +122,23 @@ impl Version {
             }
             v.levels[level as usize - 1].insert(partition, find(head)?);
         }
+        v.debug_check_shape();
         Ok(v)
+    }
+
+    /// Asserts (in debug builds) what decode-time checks cannot see of a
+    /// version built in memory: one map per level down to the depth, every
+    /// TPH at its own level and in its level's partition range, level-0
+    /// TPHs at level 0.
+    pub(crate) fn debug_check_shape(&self) {
+        debug_assert_eq!(self.levels.len(), self.depth as usize);
+        debug_assert!(self.l0.iter().all(|t| t.level() == 0));
+        for (i, level) in self.levels.iter().enumerate() {
+            let l = i as u32 + 1;
+            debug_assert!(level
+                .iter()
+                .all(|(&p, t)| p < self.partitions(l) && (t.level(), t.partition()) == (l, p)));
+        }
     }
 
     /// An edit that recreates this version from nothing.

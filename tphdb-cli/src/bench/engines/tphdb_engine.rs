@@ -21,8 +21,8 @@ impl Tphdb {
         let t = &cfg.tphdb;
         let budget = cfg.memory_mb.map(|mb| (mb << 20) as usize);
         let opts = Options {
-            write_buffer_size: t.write_buffer_mb.map_or(d.write_buffer_size, |m| m << 20),
-            memory_budget: budget
+            write_buffer_bytes: t.write_buffer_mb.map_or(d.write_buffer_bytes, |m| m << 20),
+            memory_budget_bytes: budget
                 .filter(|_| t.write_buffer_mb.is_none())
                 .map(|b| b / 4),
             compaction_memory_bytes: budget.map_or(d.compaction_memory_bytes, |b| b / 8),
