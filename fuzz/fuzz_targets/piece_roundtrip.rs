@@ -57,7 +57,7 @@ fuzz_target!(|input: Input| {
     let fs = MemFs::new();
     let path = Path::new("/r.ph");
     write_piece(&fs, path, &entries, &opts).expect("write");
-    let r = PieceReader::open(&fs, path, ReadMode::Pread).expect("open");
+    let r = PieceReader::open_with(&fs, path, ReadMode::Pread, input.ptr_hash).expect("open");
     for (k, (v, s)) in &model {
         let e = r.get(k).expect("get").expect("present");
         assert_eq!(e.value.as_deref(), v.as_deref());

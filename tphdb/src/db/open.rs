@@ -68,169 +68,72 @@ pub(crate) fn replay_wal(
     }
 }
 
+/// Opens the database in `dir`: takes the lock, recovers the version from
+/// the MANIFEST and the writes from the WALs, and (writable) starts a new
+/// MANIFEST and WAL, cleans up, and starts the background work.
 pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<Inner>> {
     opts.validate()?;
     let started = Instant::now();
-    let base: Arc<dyn FileSystem> = opts
-        .file_system
-        .clone()
-        .unwrap_or_else(|| Arc::new(PosixFs));
-    let counting = CountingFs::shared(base);
-    let io = counting.counts().clone();
-    let fs: Arc<dyn FileSystem> = Arc::new(counting);
+    let (fs, io) = counted_file_system(opts);
     if read_only {
         if !fs.exists(&path(dir, CURRENT)) {
-            return Err(Error::InvalidArgument(format!(
-                "no database in {}",
-                dir.display()
-            )));
+            return Err(no_database(dir));
         }
     } else {
         fs.create_dir_all(dir)?;
     }
     let lock = fs.lock(&path(dir, LOCK), !read_only)?;
-
-    let piece_reads = PieceReads {
-        mode: opts.read_mode,
-        // With mmap it holds only the key-order indexes: the page cache has
-        // the blocks.
-        cache: (opts.block_cache_bytes > 0)
-            .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
-        open_files: Some(crate::fs::OpenFiles::new(opts.max_open_files)),
-        allow_ptrhash: opts.phf_kind == crate::phf::PhfKind::PtrHash,
-    };
-    let exists = fs.exists(&path(dir, CURRENT));
-    let mut opts = opts.clone();
-    let (state, version) = if exists {
-        if opts.error_if_exists {
-            return Err(Error::InvalidArgument(format!(
-                "a database exists in {}",
-                dir.display()
-            )));
-        }
-        let state = VersionSet::read_state(fs.as_ref(), dir)?;
-        let version = VersionSet::open_version(&fs, dir, &state, &piece_reads)?;
-        (state, version)
-    } else {
-        if !opts.create_if_missing {
-            return Err(Error::InvalidArgument(format!(
-                "no database in {}",
-                dir.display()
-            )));
-        }
-        let layout = Layout {
-            fanout: opts.fanout as u64,
-            one_level: opts.one_level,
-        };
-        let state = RecoveredState {
-            layout: Some(layout),
-            depth: 1,
-            next_file: 2,
-            ..RecoveredState::default()
-        };
-        (state, Version::empty(layout))
-    };
+    let piece_reads = piece_reads(opts);
+    let (recovered, version) = recover_version(&fs, dir, opts, &piece_reads)?;
     // The layout is fixed when the database is created.
+    let mut opts = opts.clone();
     opts.fanout = version.layout.fanout as u32;
     opts.one_level = version.layout.one_level;
 
     let names = fs.list(dir)?;
-    let files: Vec<FileKind> = names.iter().filter_map(|n| parse(n)).collect();
-    let max_number = files
-        .iter()
-        .filter_map(|k| match k {
-            FileKind::Wal(n) | FileKind::Piece(n) | FileKind::Manifest(n) => Some(*n),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let wals = unflushed_wals(&names, state.log_number);
-    let recovered = MemTable::new(wals.last().copied().unwrap_or(0));
-    let mut last_seq = state.last_seq;
-    let mut replay = WalReplay::default();
-    let mut moved_to_lost = 0;
-    for (i, &n) in wals.iter().enumerate() {
-        // Point-in-time recovery: writes in later WALs came after the torn
-        // point, so they are dropped too (a WAL is synced before the next
-        // one starts, so only a crash's unsynced tail is lost this way).
-        if !replay_wal(fs.as_ref(), dir, n, &recovered, &mut last_seq, &mut replay)? {
-            replay.skipped_files = wals.len() - i - 1;
-            break;
-        }
-    }
+    let wal_mem = MemTable::new(
+        unflushed_wals(&names, recovered.state.log_number)
+            .last()
+            .copied()
+            .unwrap_or(0),
+    );
+    let mut last_seq = recovered.state.last_seq;
+    let replay = replay_wals(
+        fs.as_ref(),
+        dir,
+        &names,
+        &recovered.state,
+        &wal_mem,
+        &mut last_seq,
+    )?;
 
-    let (mem, imms, versions, wal) = if read_only {
-        let mem = Arc::new(recovered);
-        let wal = WalWriter {
-            log: None,
-            number: 0,
-            mem: mem.clone(),
-            last_seq,
-        };
-        (
+    let started_state = if read_only {
+        let mem = Arc::new(wal_mem);
+        StartedState {
+            wal: WalWriter {
+                log: None,
+                number: 0,
+                mem: mem.clone(),
+                last_seq,
+            },
             mem,
-            VecDeque::new(),
-            Versions::ReadOnly(Arc::new(version)),
-            wal,
-        )
-    } else {
-        let next_file = state.next_file.max(max_number + 1).max(2);
-        let mut vs = VersionSet::start(
-            fs.clone(),
-            dir,
-            version,
-            next_file,
-            state.log_number,
-            last_seq,
-            opts.manifest_max_bytes,
-        )?;
-        let number = vs.new_file_number();
-        let file = fs.create(&path(dir, &wal_name(number)))?;
-        fs.sync_dir(dir)?;
-        let mem = Arc::new(MemTable::new(number));
-        let mut imms = VecDeque::new();
-        if !recovered.is_empty() {
-            imms.push_back(Arc::new(recovered));
+            imms: VecDeque::new(),
+            versions: Versions::ReadOnly(Arc::new(version)),
+            moved_to_lost: 0,
         }
-        // A new database has nothing to lose.
-        let certain = !exists || state.manifest_len_recorded;
-        moved_to_lost = remove_obsolete_files(fs.as_ref(), dir, &names, &vs, certain);
-        let wal = WalWriter {
-            log: Some(LogWriter::new(file, 0)),
-            number,
-            mem: mem.clone(),
-            last_seq,
-        };
-        (mem, imms, Versions::Writable(vs), wal)
-    };
-
-    let piece_options = PieceOptions {
-        phf_kind: opts.phf_kind,
-        phf: opts.phf_config(),
-        page_size: opts.page_size_bytes,
-        compression: opts.compression,
-        ..PieceOptions::default()
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.background_threads)
-        .thread_name(|i| format!("tphdb-bg-{i}"))
-        .build()
-        .map_err(|e| Error::io("starting background threads", std::io::Error::other(e)))?;
-    let flush_pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .thread_name(|_| "tphdb-flush".to_string())
-        .build()
-        .map_err(|e| Error::io("starting the flush thread", std::io::Error::other(e)))?;
-    let io_pool = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
-        None
     } else {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.scan_io_threads)
-            .thread_name(|i| format!("tphdb-io-{i}"))
-            .build()
-            .map_err(|e| Error::io("starting I/O threads", std::io::Error::other(e)))?;
-        Some(Arc::new(pool))
+        start_writable(
+            &fs, dir, &opts, &names, &recovered, version, wal_mem, last_seq,
+        )?
     };
+    let StartedState {
+        mem,
+        imms,
+        versions,
+        wal,
+        moved_to_lost,
+    } = started_state;
+
     let st = State {
         mem: mem.clone(),
         imms,
@@ -263,6 +166,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     stats
         .files_moved_to_lost
         .store(moved_to_lost, Ordering::Relaxed);
+    let pools = ThreadPools::start(&opts)?;
     let inner = Arc::new(Inner {
         dir: dir.to_path_buf(),
         fs,
@@ -274,8 +178,8 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             max_levels: opts.max_levels,
             job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
         },
-        opts: opts.clone(),
-        piece_options,
+        piece_options: piece_options(&opts),
+        opts,
         piece_reads,
         read_only,
         lock: Mutex::new(Some(lock)),
@@ -286,9 +190,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         sv: ArcSwap::from_pointee(sv),
         visible_seq: AtomicU64::new(last_seq),
         stats,
-        pool,
-        flush_pool,
-        io_pool,
+        pool: pools.compaction,
+        flush_pool: pools.flush,
+        io_pool: pools.io,
         shutting_down: AtomicBool::new(false),
         housekeeper: Mutex::new(None),
         manual_compaction: Mutex::new(()),
@@ -303,6 +207,225 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         }
     }
     Ok(inner)
+}
+
+fn no_database(dir: &Path) -> Error {
+    Error::InvalidArgument(format!("no database in {}", dir.display()))
+}
+
+/// The file system the options choose, with the I/O counters every
+/// database keeps.
+fn counted_file_system(opts: &Options) -> (Arc<dyn FileSystem>, Arc<crate::fs::IoCounts>) {
+    let base: Arc<dyn FileSystem> = opts
+        .file_system
+        .clone()
+        .unwrap_or_else(|| Arc::new(PosixFs));
+    let counting = CountingFs::shared(base);
+    let io = counting.counts().clone();
+    (Arc::new(counting), io)
+}
+
+/// How the database reads its pieces.
+fn piece_reads(opts: &Options) -> PieceReads {
+    PieceReads {
+        mode: opts.read_mode,
+        // With mmap it holds only the key-order indexes: the page cache has
+        // the blocks.
+        cache: (opts.block_cache_bytes > 0)
+            .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
+        open_files: Some(crate::fs::OpenFiles::new(opts.max_open_files)),
+        allow_ptrhash: opts.phf_kind == crate::phf::PhfKind::PtrHash,
+    }
+}
+
+/// How the database writes its pieces.
+fn piece_options(opts: &Options) -> PieceOptions {
+    PieceOptions {
+        phf_kind: opts.phf_kind,
+        phf: opts.phf_config(),
+        page_size: opts.page_size_bytes,
+        compression: opts.compression,
+        ..PieceOptions::default()
+    }
+}
+
+/// What the MANIFEST said, and whether there was one.
+struct Recovered {
+    state: RecoveredState,
+    existed: bool,
+}
+
+/// The recovered MANIFEST state and its version with every TPH open, or an
+/// empty one for a new database.
+fn recover_version(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    opts: &Options,
+    reads: &PieceReads,
+) -> Result<(Recovered, Version)> {
+    if fs.exists(&path(dir, CURRENT)) {
+        if opts.error_if_exists {
+            return Err(Error::InvalidArgument(format!(
+                "a database exists in {}",
+                dir.display()
+            )));
+        }
+        let state = VersionSet::read_state(fs.as_ref(), dir)?;
+        let version = VersionSet::open_version(fs, dir, &state, reads)?;
+        return Ok((
+            Recovered {
+                state,
+                existed: true,
+            },
+            version,
+        ));
+    }
+    if !opts.create_if_missing {
+        return Err(no_database(dir));
+    }
+    let layout = Layout {
+        fanout: opts.fanout as u64,
+        one_level: opts.one_level,
+    };
+    let state = RecoveredState {
+        layout: Some(layout),
+        depth: 1,
+        next_file: 2,
+        ..RecoveredState::default()
+    };
+    Ok((
+        Recovered {
+            state,
+            existed: false,
+        },
+        Version::empty(layout),
+    ))
+}
+
+/// Replays the unflushed WALs into `mem`, stopping at the first torn one.
+fn replay_wals(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    names: &[String],
+    state: &RecoveredState,
+    mem: &MemTable,
+    last_seq: &mut u64,
+) -> Result<WalReplay> {
+    let wals = unflushed_wals(names, state.log_number);
+    let mut replay = WalReplay::default();
+    for (i, &n) in wals.iter().enumerate() {
+        // Point-in-time recovery: writes in later WALs came after the torn
+        // point, so they are dropped too (a WAL is synced before the next
+        // one starts, so only a crash's unsynced tail is lost this way).
+        if !replay_wal(fs, dir, n, mem, last_seq, &mut replay)? {
+            replay.skipped_files = wals.len() - i - 1;
+            break;
+        }
+    }
+    Ok(replay)
+}
+
+/// What an open starts the database with.
+struct StartedState {
+    mem: Arc<MemTable>,
+    /// Frozen memtables, oldest first: the replayed writes.
+    imms: VecDeque<Arc<MemTable>>,
+    versions: Versions,
+    wal: WalWriter,
+    /// Pieces moved to `lost/`.
+    moved_to_lost: u64,
+}
+
+/// The state of a writable open: a new MANIFEST holding the recovered
+/// version, a new WAL, the replayed writes as a frozen memtable, and the
+/// files nothing needs removed.
+#[allow(clippy::too_many_arguments)]
+fn start_writable(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    opts: &Options,
+    names: &[String],
+    recovered: &Recovered,
+    version: Version,
+    replayed: MemTable,
+    last_seq: u64,
+) -> Result<StartedState> {
+    let max_number = names
+        .iter()
+        .filter_map(|n| match parse(n) {
+            Some(FileKind::Wal(n) | FileKind::Piece(n) | FileKind::Manifest(n)) => Some(n),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let state = &recovered.state;
+    let next_file = state.next_file.max(max_number + 1).max(2);
+    let mut vs = VersionSet::start(
+        fs.clone(),
+        dir,
+        version,
+        next_file,
+        state.log_number,
+        last_seq,
+        opts.manifest_max_bytes,
+    )?;
+    let number = vs.new_file_number();
+    let file = fs.create(&path(dir, &wal_name(number)))?;
+    fs.sync_dir(dir)?;
+    let mem = Arc::new(MemTable::new(number));
+    let mut imms = VecDeque::new();
+    if !replayed.is_empty() {
+        imms.push_back(Arc::new(replayed));
+    }
+    // A new database has nothing to lose.
+    let certain = !recovered.existed || state.manifest_len_recorded;
+    let moved_to_lost = remove_obsolete_files(fs.as_ref(), dir, names, &vs, certain);
+    let wal = WalWriter {
+        log: Some(LogWriter::new(file, 0)),
+        number,
+        mem: mem.clone(),
+        last_seq,
+    };
+    Ok(StartedState {
+        mem,
+        imms,
+        versions: Versions::Writable(vs),
+        wal,
+        moved_to_lost,
+    })
+}
+
+/// The background threads of a database.
+struct ThreadPools {
+    compaction: rayon::ThreadPool,
+    flush: rayon::ThreadPool,
+    io: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl ThreadPools {
+    fn start(opts: &Options) -> Result<ThreadPools> {
+        let pool = |threads: usize, name: &'static str| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("tphdb-{name}-{i}"))
+                .build()
+                .map_err(|e| {
+                    Error::io(format!("starting {name} threads"), std::io::Error::other(e))
+                })
+        };
+        // Scans read in parallel only where reads block on the device (with
+        // mmap, pages are mostly in memory).
+        let io = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
+            None
+        } else {
+            Some(Arc::new(pool(opts.scan_io_threads, "io")?))
+        };
+        Ok(ThreadPools {
+            compaction: pool(opts.background_threads, "bg")?,
+            flush: pool(1, "flush")?,
+            io,
+        })
+    }
 }
 
 /// Starts the housekeeping thread, writes what the old WALs held to a

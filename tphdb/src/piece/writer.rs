@@ -95,6 +95,71 @@ pub(crate) fn write_piece_with_sections(
     options: &PieceOptions,
     extra_sections: &[(u32, &[u8])],
 ) -> Result<PieceProperties> {
+    check_inputs(entries, hashes, options, extra_sections)?;
+    let key_order = sorted_order(entries)?;
+    let phf = Phf::build(options.phf_kind, hashes, &options.phf)?.phf;
+    let slots = SlotLayout::new(&phf, hashes)?;
+
+    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
+    let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
+    let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
+    let mut file = fs.create(path)?;
+    let (starts, max_block_bytes) =
+        write_blocks(file.as_mut(), entries, &slots.by_slot, k, options)?;
+    let props = properties(
+        entries,
+        &phf,
+        &slots,
+        k,
+        file.len(),
+        max_block_bytes,
+        options,
+    );
+
+    let mut sections = Sections::default();
+    let file = file.as_mut();
+    sections.add(file, SectionId::Properties as u32, &props.encode())?;
+    let mut buf = Vec::new();
+    phf.encode(&mut buf);
+    sections.add(file, SectionId::Phf as u32, &buf)?;
+    buf.clear();
+    BlockIndex::from_offsets(&starts, options.max_segment_bytes).encode(&mut buf);
+    sections.add(file, SectionId::BlockIndex as u32, &buf)?;
+    sections.add(
+        file,
+        SectionId::Overflow as u32,
+        &slots.encode_overflow(hashes),
+    )?;
+    sections.add(
+        file,
+        SectionId::Hashes as u32,
+        &encode_hashes(entries, hashes),
+    )?;
+    let (mut chunks, mut chunk_index) = (Vec::new(), Vec::new());
+    encode_key_index(
+        entries,
+        &key_order,
+        &slots.slot_of(entries.len()),
+        &mut chunks,
+        &mut chunk_index,
+    )?;
+    sections.add(file, SectionId::KeyChunks as u32, &chunks)?;
+    sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
+    for &(id, bytes) in extra_sections {
+        sections.add(file, id, bytes)?;
+    }
+    sections.finish(file)?;
+    file.sync()?;
+    Ok(props)
+}
+
+/// Refuses inputs a piece cannot hold, before anything is written.
+fn check_inputs(
+    entries: &[EntryRef<'_>],
+    hashes: &[u64],
+    options: &PieceOptions,
+    extra_sections: &[(u32, &[u8])],
+) -> Result<()> {
     if extra_sections
         .iter()
         .any(|&(id, _)| id < FIRST_EXTRA_SECTION)
@@ -121,49 +186,91 @@ pub(crate) fn write_piece_with_sections(
             entries.len()
         )));
     }
-    entries.par_iter().try_for_each(|e| e.validate())?;
-    let key_order = sorted_order(entries)?;
+    entries.par_iter().try_for_each(|e| e.validate())
+}
 
-    let built = Phf::build(options.phf_kind, hashes, &options.phf)?;
-    let phf = built.phf;
-    let table_size = phf.table_size();
+/// Which entry each slot holds. Keys that share a 64-bit hash share a slot,
+/// so all but the first go to overflow slots past the table.
+struct SlotLayout {
+    table_size: usize,
+    /// Entry index per slot (`NONE`: empty), the overflow slots last.
+    by_slot: Vec<u32>,
+    /// Entries in the overflow slots, in slot order.
+    overflow: Vec<u32>,
+}
 
-    // Entry of each slot. Keys that share a 64-bit hash share a slot, so all
-    // but the first go to overflow slots past the table.
-    let mut by_slot = vec![NONE; table_size];
-    let mut overflow: Vec<u32> = Vec::new();
-    for (i, &h) in hashes.iter().enumerate() {
-        let s = phf.slot(h);
-        if by_slot[s] == NONE {
-            by_slot[s] = i as u32;
-        } else if hashes[by_slot[s] as usize] == h {
-            overflow.push(i as u32);
-        } else {
-            return Err(Error::PhfBuild(format!(
-                "hashes {:#x} and {h:#x} share slot {s}",
-                hashes[by_slot[s] as usize]
-            )));
+impl SlotLayout {
+    fn new(phf: &Phf, hashes: &[u64]) -> Result<SlotLayout> {
+        let table_size = phf.table_size();
+        let mut by_slot = vec![NONE; table_size];
+        let mut overflow: Vec<u32> = Vec::new();
+        for (i, &h) in hashes.iter().enumerate() {
+            let s = phf.slot(h);
+            if by_slot[s] == NONE {
+                by_slot[s] = i as u32;
+            } else if hashes[by_slot[s] as usize] == h {
+                overflow.push(i as u32);
+            } else {
+                return Err(Error::PhfBuild(format!(
+                    "hashes {:#x} and {h:#x} share slot {s}",
+                    hashes[by_slot[s] as usize]
+                )));
+            }
         }
+        by_slot.extend_from_slice(&overflow);
+        Ok(SlotLayout {
+            table_size,
+            by_slot,
+            overflow,
+        })
     }
-    by_slot.extend_from_slice(&overflow);
-    let total_slots = by_slot.len();
 
-    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
-    let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
-    let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
-    let block_count = total_slots.div_ceil(k);
+    /// The slot of each of `entries` entries.
+    fn slot_of(&self, entries: usize) -> Vec<u32> {
+        let mut slot_of = vec![0u32; entries];
+        for (s, &i) in self.by_slot.iter().enumerate() {
+            if i != NONE {
+                slot_of[i as usize] = s as u32;
+            }
+        }
+        slot_of
+    }
 
-    let mut file = fs.create(path)?;
-    let (starts, max_block_bytes) = write_blocks(file.as_mut(), entries, &by_slot, k, options)?;
-    let data_bytes = file.len();
+    /// The overflow section: `(hash, slot)` of every overflow entry, sorted.
+    fn encode_overflow(&self, hashes: &[u64]) -> Vec<u8> {
+        let mut overflow_slots: Vec<(u64, u32)> = self
+            .overflow
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| (hashes[i as usize], (self.table_size + j) as u32))
+            .collect();
+        overflow_slots.sort_unstable();
+        let mut buf = Vec::with_capacity(overflow_slots.len() * 12);
+        for (h, s) in overflow_slots {
+            buf.put_u64(h);
+            buf.put_u32(s);
+        }
+        buf
+    }
+}
 
+/// The properties section's numbers.
+fn properties(
+    entries: &[EntryRef<'_>],
+    phf: &Phf,
+    slots: &SlotLayout,
+    k: usize,
+    data_bytes: u64,
+    max_block_bytes: usize,
+    options: &PieceOptions,
+) -> PieceProperties {
     let mut props = PieceProperties {
         entry_count: entries.len() as u64,
-        table_size: table_size as u64,
-        overflow_count: overflow.len() as u64,
+        table_size: phf.table_size() as u64,
+        overflow_count: slots.overflow.len() as u64,
         slots_per_block: k as u32,
         page_size: options.page_size.min(u32::MAX as usize) as u32,
-        block_count: block_count as u64,
+        block_count: slots.by_slot.len().div_ceil(k) as u64,
         data_bytes,
         max_block_bytes: max_block_bytes as u64,
         compression: options.compression,
@@ -177,80 +284,53 @@ pub(crate) fn write_piece_with_sections(
         props.key_bytes += e.key.len() as u64;
         props.value_bytes += e.value.map_or(0, |v| v.len() as u64);
     }
+    props
+}
 
-    let mut sections = Vec::new();
-    let mut section = |file: &mut dyn WritableFile, id: SectionId, bytes: &[u8]| -> Result<()> {
-        sections.push(Section {
-            id: id as u32,
-            offset: file.len(),
-            len: bytes.len() as u64,
-            crc: crc32c::crc32c(bytes),
-        });
-        file.append(bytes)
-    };
-    section(file.as_mut(), SectionId::Properties, &props.encode())?;
-    let mut buf = Vec::new();
-    phf.encode(&mut buf);
-    section(file.as_mut(), SectionId::Phf, &buf)?;
-    buf.clear();
-    BlockIndex::from_offsets(&starts, options.max_segment_bytes).encode(&mut buf);
-    section(file.as_mut(), SectionId::BlockIndex, &buf)?;
-    buf.clear();
-    let mut overflow_slots: Vec<(u64, u32)> = overflow
-        .iter()
-        .enumerate()
-        .map(|(j, &i)| (hashes[i as usize], (table_size + j) as u32))
-        .collect();
-    overflow_slots.sort_unstable();
-    for (h, s) in overflow_slots {
-        buf.put_u64(h);
-        buf.put_u32(s);
-    }
-    section(file.as_mut(), SectionId::Overflow, &buf)?;
-    buf.clear();
-    let mut slot_of = vec![0u32; entries.len()];
-    for (s, &i) in by_slot.iter().enumerate() {
-        if i != NONE {
-            slot_of[i as usize] = s as u32;
-        }
-    }
-    // Both key hashes, sorted, so that membership is a binary search.
+/// The key-hash section: both hashes of every entry, sorted, so that
+/// membership is a binary search.
+fn encode_hashes(entries: &[EntryRef<'_>], hashes: &[u64]) -> Vec<u8> {
     let mut pairs: Vec<(u64, u64)> = entries
         .par_iter()
         .zip(hashes)
         .map(|(e, &h)| (h, key_hash2(e.key)))
         .collect();
     pairs.par_sort_unstable();
+    let mut buf = Vec::with_capacity(pairs.len() * 16);
     for (h, h2) in pairs {
         buf.put_u64(h);
         buf.put_u64(h2);
     }
-    section(file.as_mut(), SectionId::Hashes, &buf)?;
-    buf.clear();
-    let mut chunk_index = Vec::new();
-    encode_key_index(entries, &key_order, &slot_of, &mut buf, &mut chunk_index)?;
-    section(file.as_mut(), SectionId::KeyChunks, &buf)?;
-    section(file.as_mut(), SectionId::ChunkIndex, &chunk_index)?;
-    for &(id, bytes) in extra_sections {
-        sections.push(Section {
+    buf
+}
+
+/// The sections written so far, for the directory.
+#[derive(Default)]
+struct Sections(Vec<Section>);
+
+impl Sections {
+    /// Appends section `id` to `file` and notes where it is.
+    fn add(&mut self, file: &mut dyn WritableFile, id: u32, bytes: &[u8]) -> Result<()> {
+        self.0.push(Section {
             id,
             offset: file.len(),
             len: bytes.len() as u64,
             crc: crc32c::crc32c(bytes),
         });
-        file.append(bytes)?;
+        file.append(bytes)
     }
 
-    let dir = encode_directory(&sections);
-    let footer = Footer {
-        dir_offset: file.len(),
-        dir_len: dir.len() as u32,
-        dir_crc: crc32c::crc32c(&dir),
-    };
-    file.append(&dir)?;
-    file.append(&footer.encode())?;
-    file.sync()?;
-    Ok(props)
+    /// Appends the directory and the footer.
+    fn finish(self, file: &mut dyn WritableFile) -> Result<()> {
+        let dir = encode_directory(&self.0);
+        let footer = Footer {
+            dir_offset: file.len(),
+            dir_len: dir.len() as u32,
+            dir_crc: crc32c::crc32c(&dir),
+        };
+        file.append(&dir)?;
+        file.append(&footer.encode())
+    }
 }
 
 /// Encodes and appends all blocks, encoding a window of them in parallel at

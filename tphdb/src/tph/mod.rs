@@ -11,6 +11,7 @@
 //! (has a slot or an exception). Keys leave the TPH only when no remaining
 //! piece holds their hash, which is what makes routing by hash exact.
 
+mod base;
 mod cursor;
 mod index;
 mod merge;

@@ -1,0 +1,213 @@
+//! The base TPH of a merge, read without listing its keys: where the base
+//! index routes a key, which base keys a delta replaces, which hashes the
+//! remaining pieces hold, and the merged TPH's live keys, all streamed from
+//! the pieces' key-hash sections.
+
+use std::sync::Arc;
+
+use super::index::EMPTY;
+use super::merge::DeltaEntry;
+use super::{PieceFile, Tph};
+use crate::error::{Error, Result};
+use crate::hash::signature;
+
+use super::merge::MergeStats;
+
+/// Where a base key lives in the base index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Loc {
+    Slot(usize),
+    Exception(usize),
+}
+
+/// One bit per slot or exception of the base index.
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    fn get(&self, i: usize) -> bool {
+        self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+/// The base keys the delta replaces, by where they live in the base index.
+pub(super) struct Superseded {
+    slots: Bits,
+    exceptions: Bits,
+}
+
+impl Superseded {
+    pub(super) fn new(base: Option<&Tph>) -> Superseded {
+        let (table, exceptions) =
+            base.map_or((0, 0), |b| (b.index.table_size(), b.index.exceptions.len()));
+        Superseded {
+            slots: Bits::new(table),
+            exceptions: Bits::new(exceptions),
+        }
+    }
+
+    pub(super) fn mark(&mut self, loc: Loc) {
+        match loc {
+            Loc::Slot(s) => self.slots.set(s),
+            Loc::Exception(x) => self.exceptions.set(x),
+        }
+    }
+
+    pub(super) fn contains(&self, loc: Loc) -> bool {
+        match loc {
+            Loc::Slot(s) => self.slots.get(s),
+            Loc::Exception(x) => self.exceptions.get(x),
+        }
+    }
+}
+
+/// Where the base index routes `(h, h2)`: its location and piece. For a
+/// hash shared by several keys the exception list decides exactly; for any
+/// other the route is only a candidate for a key that may not be in the TPH
+/// (a signature match by chance), but exact for a key some piece holds:
+/// every key a piece holds is live, so no other key has its hash.
+pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Loc, usize)> {
+    let idx = &tph.index;
+    if idx.phf.is_empty() {
+        return None;
+    }
+    let s = idx.phf.slot(h);
+    let (sig, field) = idx.field(s);
+    if field == EMPTY || sig != signature(h, idx.sig_bits) {
+        return None;
+    }
+    if let Some(from) = idx.exceptions_for(h) {
+        return idx.exceptions[from..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, e)| e.h == h)
+            .find(|(_, e)| e.h2 == h2)
+            .map(|(i, e)| (Loc::Exception(from + i), e.field as usize - 1));
+    }
+    Some((Loc::Slot(s), field as usize - 1))
+}
+
+/// The base keys among `delta`: for each, where it lives and its piece. A
+/// routed candidate is confirmed against its piece's key hashes, streamed
+/// once per piece and merged with the candidates in hash order.
+pub(super) fn base_keys_in(
+    base: &Tph,
+    delta: &[DeltaEntry],
+    delta_h2: &[u64],
+    stats: &mut MergeStats,
+) -> Result<Vec<(Loc, usize)>> {
+    let mut found = Vec::new();
+    let mut candidates: Vec<(usize, u64, u64, Loc)> = Vec::new();
+    for (e, &h2) in delta.iter().zip(delta_h2) {
+        match route(base, e.h, h2) {
+            Some((loc @ Loc::Exception(_), piece)) => found.push((loc, piece)),
+            Some((loc @ Loc::Slot(_), piece)) => candidates.push((piece, e.h, h2, loc)),
+            None => {}
+        }
+    }
+    candidates.sort_unstable_by_key(|&(piece, h, h2, _)| (piece, h, h2));
+    for group in candidates.chunk_by(|a, b| a.0 == b.0) {
+        let piece = &base.pieces[group[0].0];
+        stats.bytes_read += piece.properties().entry_count * 16;
+        let mut next = 0;
+        piece.for_each_key_hash(|h, h2| {
+            while next < group.len() && (group[next].1, group[next].2) < (h, h2) {
+                next += 1;
+            }
+            if next < group.len() && (group[next].1, group[next].2) == (h, h2) {
+                found.push((group[next].3, group[next].0));
+                next += 1;
+            }
+        })?;
+    }
+    Ok(found)
+}
+
+/// Which of `hashes` (sorted, distinct) some piece of `pieces` holds.
+pub(super) fn held_hashes(
+    pieces: &[&Arc<PieceFile>],
+    hashes: &[u64],
+    stats: &mut MergeStats,
+) -> Result<Vec<bool>> {
+    let mut held = vec![false; hashes.len()];
+    for piece in pieces {
+        stats.bytes_read += piece.properties().entry_count * 16;
+        let mut next = 0;
+        piece.for_each_key_hash(|h, _| {
+            while next < hashes.len() && hashes[next] < h {
+                next += 1;
+            }
+            if next < hashes.len() && hashes[next] == h {
+                held[next] = true;
+            }
+        })?;
+    }
+    Ok(held)
+}
+
+/// Every live key of the merged TPH, for building its global index: the
+/// base's live keys that stay in their (renumbered) pieces, then the keys
+/// the new piece writes. Streamed from the pieces' key hashes each time.
+pub(super) struct LiveKeys<'a> {
+    pub(super) base: Option<&'a Tph>,
+    pub(super) superseded: &'a Superseded,
+    /// Base pieces that stay, by base index, and their live counts.
+    pub(super) remaining: &'a [usize],
+    pub(super) live_counts: &'a [u64],
+    pub(super) written: &'a [(DeltaEntry, u64)],
+}
+
+impl LiveKeys<'_> {
+    pub(super) fn count(&self) -> u64 {
+        self.remaining
+            .iter()
+            .map(|&i| self.live_counts[i])
+            .sum::<u64>()
+            + self.written.len() as u64
+    }
+
+    /// Calls `f(h, h2, field)` for every live key, `field` being its piece
+    /// in the new TPH plus one. Checks the live counts of the base pieces.
+    pub(super) fn for_each(
+        &self,
+        stats: &mut MergeStats,
+        f: &mut dyn FnMut(u64, u64, u32),
+    ) -> Result<()> {
+        if let Some(base) = self.base {
+            for (j, &i) in self.remaining.iter().enumerate() {
+                let piece = &base.pieces[i];
+                stats.bytes_read += piece.properties().entry_count * 16;
+                let field = j as u32 + 1;
+                let mut live = 0u64;
+                piece.for_each_key_hash(|h, h2| {
+                    if let Some((loc, p)) = route(base, h, h2) {
+                        if p == i && !self.superseded.contains(loc) {
+                            live += 1;
+                            f(h, h2, field);
+                        }
+                    }
+                })?;
+                if live != self.live_counts[i] {
+                    return Err(Error::corruption(
+                        format!("live keys of {}", piece.name()),
+                        self.live_counts[i],
+                        live,
+                    )
+                    .at(base.head.name()));
+                }
+            }
+        }
+        let new_field = self.remaining.len() as u32 + 1;
+        for (e, h2) in self.written {
+            f(e.h, *h2, new_field);
+        }
+        Ok(())
+    }
+}
