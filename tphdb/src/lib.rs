@@ -37,8 +37,9 @@ mod version;
 
 pub use batch::WriteBatch;
 pub use db::{
-    DBIterator, DBRawIterator, DBStats, Direction, FileCheck, IteratorMode, LevelStats, Options,
-    ReadOptions, RepairReport, Snapshot, SyncPolicy, VerifyReport, WriteOptions, DB,
+    CompactionReads, DBIterator, DBRawIterator, DBStats, Direction, FileCheck, IteratorMode,
+    LevelStats, Options, ReadOptions, RepairReport, Snapshot, SyncPolicy, VerifyReport,
+    WriteBreakdown, WriteOptions, DB,
 };
 pub use error::{Error, Result};
 pub use fs::ReadMode;

@@ -128,7 +128,7 @@ impl Inner {
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
-            change.stats.bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
+            change.stats.input_bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
             self.merge_into_level(version, level, newest_first(lists), change)?;
         }
         for (t, &n) in inputs.iter().zip(&found) {

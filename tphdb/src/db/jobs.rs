@@ -36,6 +36,17 @@ pub(crate) enum Job {
 }
 
 impl Job {
+    /// What the job's new data counts as.
+    fn cause(&self) -> super::stats::JobCause {
+        use super::stats::JobCause;
+        match self {
+            Job::Flush(_) => JobCause::Flush,
+            Job::L0ToL1(_) => JobCause::L0Merge,
+            Job::PushDown(_) => JobCause::PushDown,
+            Job::Gc(_) => JobCause::Gc,
+        }
+    }
+
     /// What the job owns while it runs, as the picker chose it; none for a
     /// manual one.
     fn work(&self) -> Option<Work> {
@@ -82,13 +93,7 @@ impl Change {
             }
         };
         self.obsolete.extend(obsolete);
-        let s = &mut self.stats;
-        s.bytes_written += stats.bytes_written;
-        s.bytes_read += stats.bytes_read;
-        s.entries_written += stats.entries_written;
-        s.pieces_folded += stats.pieces_folded;
-        s.pieces_dropped += stats.pieces_dropped;
-        s.tombstones_dropped += stats.tombstones_dropped;
+        self.stats.add(&stats);
     }
 
     /// Every file of a TPH that leaves the version.
@@ -233,8 +238,7 @@ impl Inner {
                     if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
                         change.edit.add_l0.push(tph.head_number());
                         change.new_tphs.insert(tph.head_number(), Arc::from(tph));
-                        change.stats.bytes_written += stats.bytes_written;
-                        change.stats.entries_written += stats.entries_written;
+                        change.stats.add(&stats);
                     }
                 }
             }
@@ -274,8 +278,7 @@ impl Inner {
                 }
             }
         }
-        let is_flush = matches!(job, Job::Flush(_));
-        self.stats.record_job(is_flush, &change.stats);
+        self.stats.record_job(job.cause(), &change.stats);
         self.apply(change, flushed)
     }
 

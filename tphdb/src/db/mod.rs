@@ -31,7 +31,7 @@ pub use iter::{DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
 pub use options::{Options, SyncPolicy, WriteOptions};
 pub use read::Snapshot;
 pub use repair::{FileCheck, RepairReport, VerifyReport};
-pub use stats::{DBStats, LevelStats};
+pub use stats::{CompactionReads, DBStats, LevelStats, WriteBreakdown};
 
 use self::stats::Stats;
 use self::write::{WalWriter, WriteQueue};

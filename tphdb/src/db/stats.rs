@@ -20,11 +20,20 @@ pub(crate) struct Stats {
     pub(crate) get_bytes_returned: AtomicU64,
     pub(crate) flushes: AtomicU64,
     pub(crate) flush_micros: AtomicU64,
-    pub(crate) flush_bytes_written: AtomicU64,
     pub(crate) compactions: AtomicU64,
     pub(crate) compaction_micros: AtomicU64,
-    pub(crate) compaction_bytes_read: AtomicU64,
-    pub(crate) compaction_bytes_written: AtomicU64,
+    /// Bytes written and read, by cause (see [`WriteBreakdown`]).
+    pub(crate) wal_file_bytes: AtomicU64,
+    pub(crate) flush_written: AtomicU64,
+    pub(crate) l0_merge_written: AtomicU64,
+    pub(crate) push_down_written: AtomicU64,
+    pub(crate) gc_fold_written: AtomicU64,
+    pub(crate) index_written: AtomicU64,
+    pub(crate) flush_read: AtomicU64,
+    pub(crate) l0_merge_read: AtomicU64,
+    pub(crate) push_down_read: AtomicU64,
+    pub(crate) gc_fold_read: AtomicU64,
+    pub(crate) key_hashes_read: AtomicU64,
     pub(crate) pieces_folded: AtomicU64,
     pub(crate) pieces_dropped: AtomicU64,
     pub(crate) tombstones_dropped: AtomicU64,
@@ -36,17 +45,37 @@ pub(crate) struct Stats {
     pub(crate) files_moved_to_lost: AtomicU64,
 }
 
+/// What a job's new data counts as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobCause {
+    Flush,
+    L0Merge,
+    PushDown,
+    /// A manual fold of a bottom TPH into one piece.
+    Gc,
+}
+
 impl Stats {
-    pub(crate) fn record_job(&self, is_flush: bool, m: &MergeStats) {
-        if is_flush {
-            self.flushes.fetch_add(1, Relaxed);
-            self.flush_bytes_written.fetch_add(m.bytes_written, Relaxed);
-        } else {
+    pub(crate) fn record_job(&self, cause: JobCause, m: &MergeStats) {
+        let (written, read) = match cause {
+            JobCause::Flush => {
+                self.flushes.fetch_add(1, Relaxed);
+                (&self.flush_written, &self.flush_read)
+            }
+            JobCause::L0Merge => (&self.l0_merge_written, &self.l0_merge_read),
+            JobCause::PushDown => (&self.push_down_written, &self.push_down_read),
+            JobCause::Gc => (&self.gc_fold_written, &self.gc_fold_read),
+        };
+        if cause != JobCause::Flush {
             self.compactions.fetch_add(1, Relaxed);
-            self.compaction_bytes_read.fetch_add(m.bytes_read, Relaxed);
-            self.compaction_bytes_written
-                .fetch_add(m.bytes_written, Relaxed);
         }
+        written.fetch_add(m.delta_bytes_written, Relaxed);
+        read.fetch_add(m.input_bytes_read, Relaxed);
+        self.gc_fold_written
+            .fetch_add(m.fold_bytes_written, Relaxed);
+        self.gc_fold_read.fetch_add(m.fold_bytes_read, Relaxed);
+        self.index_written.fetch_add(m.index_bytes_written, Relaxed);
+        self.key_hashes_read.fetch_add(m.hash_bytes_read, Relaxed);
         self.pieces_folded.fetch_add(m.pieces_folded, Relaxed);
         self.pieces_dropped.fetch_add(m.pieces_dropped, Relaxed);
         self.tombstones_dropped
@@ -78,6 +107,64 @@ pub struct LevelStats {
     pub index_bytes: u64,
 }
 
+/// Every byte the database wrote, by cause. Together they are every byte
+/// written through its file system (`DBStats::disk_bytes_written`), but
+/// for the output of jobs that failed and were retried.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteBreakdown {
+    /// The WAL, framing and padding included.
+    pub wal: u64,
+    /// New data that flushes wrote: the memtables' entries and the pieces'
+    /// own indexes.
+    pub flush: u64,
+    /// New data that level-0 merges wrote into level 1.
+    pub l0_merge: u64,
+    /// New data that push-downs wrote into the level below.
+    pub push_down: u64,
+    /// Live entries rewritten because the pieces that held them were
+    /// folded (`max_pieces`, `min_live_ratio`, manual compaction).
+    pub gc_fold: u64,
+    /// The TPHs' global indexes, rewritten into every new head piece.
+    pub index: u64,
+    /// The MANIFEST and CURRENT.
+    pub manifest: u64,
+}
+
+impl WriteBreakdown {
+    /// What flushes and compactions wrote: the paper's (and RocksDB's)
+    /// write amplification counts these, not the WAL.
+    pub fn flush_and_compaction(&self) -> u64 {
+        self.flush + self.l0_merge + self.push_down + self.gc_fold + self.index
+    }
+
+    /// Every byte.
+    pub fn total(&self) -> u64 {
+        self.wal + self.flush_and_compaction() + self.manifest
+    }
+}
+
+/// What flushes and compactions read, by cause.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionReads {
+    /// Level-0 TPHs read by level-0 merges.
+    pub l0_merge: u64,
+    /// TPHs read to push them down.
+    pub push_down: u64,
+    /// Pieces read to fold them.
+    pub gc_fold: u64,
+    /// Key-hash sections read to rebuild global indexes.
+    pub key_hashes: u64,
+}
+
+impl CompactionReads {
+    /// Every byte.
+    pub fn total(&self) -> u64 {
+        self.l0_merge + self.push_down + self.gc_fold + self.key_hashes
+    }
+}
+
 /// A snapshot of the database's statistics.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
@@ -86,12 +173,20 @@ pub struct DBStats {
     pub writes: u64,
     /// Bytes of keys and values written by the user.
     pub user_bytes_written: u64,
-    /// Bytes written to disk (WAL, pieces, MANIFEST).
+    /// Bytes written through the file system (WAL, pieces, MANIFEST).
     pub disk_bytes_written: u64,
     /// Bytes read from disk (lookups, scans, compactions, recovery).
     pub disk_bytes_read: u64,
-    /// `disk_bytes_written / user_bytes_written`.
+    /// What flushes and compactions wrote over what the user wrote: the
+    /// paper's write amplification, and RocksDB's (its compaction
+    /// statistics), WAL not counted.
     pub write_amplification: f64,
+    /// WAL bytes over what the user wrote.
+    pub wal_amplification: f64,
+    /// Bytes written, by cause.
+    pub writes_by_cause: WriteBreakdown,
+    /// Bytes flushes and compactions read, by cause.
+    pub compaction_reads: CompactionReads,
     /// Bytes lookups read from disk over bytes they returned.
     pub read_amplification: f64,
     /// Point lookups.
@@ -108,7 +203,8 @@ pub struct DBStats {
     pub block_cache_misses: u64,
     /// Bytes the block cache holds (0 without one).
     pub block_cache_bytes: u64,
-    /// WAL bytes written.
+    /// Bytes of the write batches logged to the WAL (its file bytes, with
+    /// the framing, are `writes_by_cause.wal`).
     pub wal_bytes: u64,
     /// WAL syncs.
     pub wal_syncs: u64,
@@ -137,10 +233,6 @@ pub struct DBStats {
     pub compactions: u64,
     /// Time spent compacting.
     pub compaction_micros: u64,
-    /// Bytes compactions read.
-    pub compaction_bytes_read: u64,
-    /// Bytes compactions wrote.
-    pub compaction_bytes_written: u64,
     /// Pieces folded into new ones by GC.
     pub pieces_folded: u64,
     /// Pieces deleted because nothing in them was live.
@@ -221,12 +313,33 @@ impl Inner {
             .cache
             .as_ref()
             .map_or((0, 0, 0), |c| c.usage());
+        let manifest = {
+            let mut st = self.state.lock();
+            st.versions.writable().map_or(0, |v| v.bytes_written())
+        };
+        let writes_by_cause = WriteBreakdown {
+            wal: s.wal_file_bytes.load(Relaxed),
+            flush: s.flush_written.load(Relaxed),
+            l0_merge: s.l0_merge_written.load(Relaxed),
+            push_down: s.push_down_written.load(Relaxed),
+            gc_fold: s.gc_fold_written.load(Relaxed),
+            index: s.index_written.load(Relaxed),
+            manifest,
+        };
         DBStats {
             writes: s.writes.load(Relaxed),
             user_bytes_written: user,
             disk_bytes_written: written,
             disk_bytes_read: self.io.bytes_read.load(Relaxed),
-            write_amplification: ratio(written, user),
+            write_amplification: ratio(writes_by_cause.flush_and_compaction(), user),
+            wal_amplification: ratio(writes_by_cause.wal, user),
+            writes_by_cause,
+            compaction_reads: CompactionReads {
+                l0_merge: s.l0_merge_read.load(Relaxed),
+                push_down: s.push_down_read.load(Relaxed),
+                gc_fold: s.gc_fold_read.load(Relaxed),
+                key_hashes: s.key_hashes_read.load(Relaxed),
+            },
             read_amplification: ratio(
                 s.get_bytes_read.load(Relaxed),
                 s.get_bytes_returned.load(Relaxed),
@@ -258,8 +371,6 @@ impl Inner {
             flush_micros: s.flush_micros.load(Relaxed),
             compactions: s.compactions.load(Relaxed),
             compaction_micros: s.compaction_micros.load(Relaxed),
-            compaction_bytes_read: s.compaction_bytes_read.load(Relaxed),
-            compaction_bytes_written: s.compaction_bytes_written.load(Relaxed),
             pieces_folded: s.pieces_folded.load(Relaxed),
             pieces_dropped: s.pieces_dropped.load(Relaxed),
             tombstones_dropped: s.tombstones_dropped.load(Relaxed),
@@ -329,10 +440,26 @@ impl DBStats {
     /// A human-readable report of everything.
     pub fn report(&self) -> String {
         let mut s = String::new();
+        let w = &self.writes_by_cause;
+        let r = &self.compaction_reads;
         let _ = writeln!(
             s,
-            "writes {}  user bytes {}  disk written {}  write amp {:.3}",
-            self.writes, self.user_bytes_written, self.disk_bytes_written, self.write_amplification
+            "writes {}  user bytes {}  disk written {}  write amp {:.3} (flush and compaction)  wal amp {:.3}",
+            self.writes,
+            self.user_bytes_written,
+            self.disk_bytes_written,
+            self.write_amplification,
+            self.wal_amplification
+        );
+        let _ = writeln!(
+            s,
+            "written by cause: wal {}  flush {}  l0 merge {}  push-down {}  gc fold {}  index {}  manifest {}",
+            w.wal, w.flush, w.l0_merge, w.push_down, w.gc_fold, w.index, w.manifest
+        );
+        let _ = writeln!(
+            s,
+            "compactions read: l0 merge {}  push-down {}  gc fold {}  key hashes {}",
+            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes
         );
         let _ = writeln!(
             s,
@@ -350,36 +477,37 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes",
+            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes)",
             self.index_memory_bytes,
             self.index_global_bytes,
             self.index_local_bytes,
             self.index_bytes_per_key,
-            self.memtable_bytes
+            self.memtable_bytes,
+            self.immutable_memtables,
+            self.pinned_memtable_bytes
         );
         let _ = writeln!(
             s,
-            "flushes {} ({} ms)  compactions {} ({} ms, read {} written {})  pieces folded {} dropped {}  tombstones dropped {}",
+            "flushes {} ({} ms)  compactions {} ({} ms)  pieces folded {} dropped {}  tombstones dropped {}",
             self.flushes,
             self.flush_micros / 1000,
             self.compactions,
             self.compaction_micros / 1000,
-            self.compaction_bytes_read,
-            self.compaction_bytes_written,
             self.pieces_folded,
             self.pieces_dropped,
             self.tombstones_dropped
         );
         let _ = writeln!(
             s,
-            "stalls {} ms  wal {} bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs)",
+            "stalls {} ms  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
             self.stall_micros / 1000,
             self.wal_bytes,
             self.wal_syncs,
             self.open_micros / 1000,
             self.wal_replayed_batches,
             self.wal_dropped_bytes,
-            self.wal_files_skipped
+            self.wal_files_skipped,
+            self.files_moved_to_lost
         );
         s.push_str(&self.level_table());
         s

@@ -136,6 +136,7 @@ impl Inner {
             let log = wal.log.as_mut().expect("a writable database has a WAL");
             let record = batch.encode_with_seq(seq);
             let len = record.len() as u64;
+            let file_len = log.len();
             if let Err(e) = log.add_record(record) {
                 // Out of space with the partial record cut off, the WAL ends
                 // in the last acknowledged write as before: writing goes on
@@ -157,6 +158,9 @@ impl Inner {
                 }
             }
             self.stats.wal_bytes.fetch_add(len, Ordering::Relaxed);
+            self.stats
+                .wal_file_bytes
+                .fetch_add(log.len() - file_len, Ordering::Relaxed);
             if sync {
                 self.stats.wal_syncs.fetch_add(1, Ordering::Relaxed);
             }

@@ -115,7 +115,7 @@ pub(super) fn base_keys_in(
     candidates.sort_unstable_by_key(|&(piece, h, h2, _)| (piece, h, h2));
     for group in candidates.chunk_by(|a, b| a.0 == b.0) {
         let piece = &base.pieces[group[0].0];
-        stats.bytes_read += piece.properties().entry_count * 16;
+        stats.hash_bytes_read += piece.properties().entry_count * 16;
         let mut next = 0;
         piece.for_each_key_hash(|h, h2| {
             while next < group.len() && (group[next].1, group[next].2) < (h, h2) {
@@ -138,7 +138,7 @@ pub(super) fn held_hashes(
 ) -> Result<Vec<bool>> {
     let mut held = vec![false; hashes.len()];
     for piece in pieces {
-        stats.bytes_read += piece.properties().entry_count * 16;
+        stats.hash_bytes_read += piece.properties().entry_count * 16;
         let mut next = 0;
         piece.for_each_key_hash(|h, _| {
             while next < hashes.len() && hashes[next] < h {
@@ -183,7 +183,7 @@ impl LiveKeys<'_> {
         if let Some(base) = self.base {
             for (j, &i) in self.remaining.iter().enumerate() {
                 let piece = &base.pieces[i];
-                stats.bytes_read += piece.properties().entry_count * 16;
+                stats.hash_bytes_read += piece.properties().entry_count * 16;
                 let field = j as u32 + 1;
                 let mut live = 0u64;
                 piece.for_each_key_hash(|h, h2| {

@@ -36,6 +36,17 @@ pub(crate) struct DeltaEntry {
     pub(crate) h: u64,
 }
 
+impl DeltaEntry {
+    /// The entry as a piece writes it.
+    pub(crate) fn entry_ref(&self) -> EntryRef<'_> {
+        EntryRef {
+            key: &self.key,
+            value: self.value.as_deref(),
+            seq: self.seq,
+        }
+    }
+}
+
 /// Where and how a merge writes.
 pub(crate) struct MergeContext<'a> {
     pub(crate) fs: &'a Arc<dyn FileSystem>,
@@ -57,15 +68,46 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) index_batch_keys: usize,
 }
 
-/// What a merge did, for statistics.
+/// What a merge did, for statistics. The bytes of the piece it wrote are
+/// split by cause: the delta's entries (with the piece's own indexes, pro
+/// rata), the folded pieces' live entries, and the TPH's global index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MergeStats {
-    pub(crate) bytes_written: u64,
-    pub(crate) bytes_read: u64,
+    pub(crate) delta_bytes_written: u64,
+    pub(crate) fold_bytes_written: u64,
+    pub(crate) index_bytes_written: u64,
+    /// Inputs read by the job (set by the job, not the merge).
+    pub(crate) input_bytes_read: u64,
+    /// Folded pieces read.
+    pub(crate) fold_bytes_read: u64,
+    /// Key-hash sections read to rebuild the global index.
+    pub(crate) hash_bytes_read: u64,
     pub(crate) entries_written: u64,
     pub(crate) pieces_folded: u64,
     pub(crate) pieces_dropped: u64,
     pub(crate) tombstones_dropped: u64,
+}
+
+impl MergeStats {
+    /// Adds `other`'s counts.
+    pub(crate) fn add(&mut self, other: &MergeStats) {
+        self.delta_bytes_written += other.delta_bytes_written;
+        self.fold_bytes_written += other.fold_bytes_written;
+        self.index_bytes_written += other.index_bytes_written;
+        self.input_bytes_read += other.input_bytes_read;
+        self.fold_bytes_read += other.fold_bytes_read;
+        self.hash_bytes_read += other.hash_bytes_read;
+        self.entries_written += other.entries_written;
+        self.pieces_folded += other.pieces_folded;
+        self.pieces_dropped += other.pieces_dropped;
+        self.tombstones_dropped += other.tombstones_dropped;
+    }
+
+    /// Every byte written.
+    #[cfg(test)]
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.delta_bytes_written + self.fold_bytes_written + self.index_bytes_written
+    }
 }
 
 /// The result of a merge.
@@ -135,6 +177,12 @@ pub(crate) fn merge(
         .filter(|&i| !dead[i] && !victim[i])
         .collect();
 
+    let entry_bytes = |w: &[(DeltaEntry, u64)]| -> u64 {
+        w.iter()
+            .map(|(e, _)| e.entry_ref().encoded_len() as u64)
+            .sum()
+    };
+    let carried_bytes = entry_bytes(&carried);
     let mut written: Vec<(DeltaEntry, u64)> =
         delta.into_iter().zip(delta_h2).chain(carried).collect();
     if ctx.bottom {
@@ -157,8 +205,16 @@ pub(crate) fn merge(
     let meta = new_meta(ctx, base_pieces, &remaining, &live_counts, written.len())?;
     debug_assert_eq!(meta.live_total(), live.count());
     let sections = build_index_sections(ctx, &meta, &live, &mut stats)?;
+    let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
     let (head, index) = write_head(ctx, &meta, &written, sections)?;
-    stats.bytes_written = head.file_bytes();
+    // The rest of the piece is its entries and their indexes: the delta's
+    // share and the folds', by their entries' sizes.
+    let data = head.file_bytes().saturating_sub(index_bytes);
+    let total = entry_bytes(&written).max(1);
+    let carried_bytes = carried_bytes.min(total);
+    stats.index_bytes_written = index_bytes;
+    stats.fold_bytes_written = (data as u128 * carried_bytes as u128 / total as u128) as u64;
+    stats.delta_bytes_written = data - stats.fold_bytes_written;
     stats.entries_written = written.len() as u64;
 
     let mut pieces: Vec<Arc<PieceFile>> =
@@ -224,7 +280,7 @@ fn carry_victims(
 ) -> Result<Vec<(DeltaEntry, u64)>> {
     let mut carried = Vec::new();
     for (i, p) in base.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {
-        stats.bytes_read += p.properties().data_bytes;
+        stats.fold_bytes_read += p.properties().data_bytes;
         stats.pieces_folded += 1;
         for e in p.iter() {
             let e = e?;
@@ -331,14 +387,7 @@ fn write_head(
     written: &[(DeltaEntry, u64)],
     sections: [(u32, Vec<u8>); 4],
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let entries: Vec<EntryRef<'_>> = written
-        .iter()
-        .map(|(e, _)| EntryRef {
-            key: &e.key,
-            value: e.value.as_deref(),
-            seq: e.seq,
-        })
-        .collect();
+    let entries: Vec<EntryRef<'_>> = written.iter().map(|(e, _)| e.entry_ref()).collect();
     let hashes: Vec<u64> = written.iter().map(|(e, _)| e.h).collect();
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();

@@ -72,6 +72,11 @@ pub(crate) fn encode_current(manifest: &str, manifest_len: u64) -> String {
     format!("{body}crc32c={:08x}\n", crc32c::crc32c(body.as_bytes()))
 }
 
+/// Bytes of a CURRENT naming `manifest` of `manifest_len` bytes.
+fn current_len(manifest: &str, manifest_len: u64) -> u64 {
+    encode_current(manifest, manifest_len).len() as u64
+}
+
 /// Version 1 of CURRENT: the name and a CRC32C of it.
 #[cfg(test)]
 pub(crate) fn encode_current_v1(manifest: &str) -> String {
@@ -137,6 +142,8 @@ pub(crate) struct VersionSet {
     broken: Option<String>,
     /// The MANIFEST length CURRENT records.
     recorded_len: u64,
+    /// Bytes written to MANIFESTs and CURRENT since open.
+    bytes_written: u64,
 }
 
 impl VersionSet {
@@ -286,6 +293,8 @@ impl VersionSet {
             fs,
             dir: dir.to_path_buf(),
             recorded_len: manifest.len(),
+            bytes_written: manifest.len()
+                + current_len(&manifest_name(manifest_number), manifest.len()),
             manifest,
             manifest_number,
             manifest_max_bytes,
@@ -328,7 +337,10 @@ impl VersionSet {
         edit.log_number = Some(log_number);
         edit.next_file = Some(self.next_file);
         edit.last_seq = Some(self.last_seq);
-        if let Err(e) = self.manifest.add_record(&edit.encode()) {
+        let before = self.manifest.len();
+        let appended = self.manifest.add_record(&edit.encode());
+        self.bytes_written += self.manifest.len() - before;
+        if let Err(e) = appended {
             if !(e.is_no_space() && self.manifest.ends_cleanly()) {
                 self.broken = Some(format!("a MANIFEST append failed: {e}"));
             }
@@ -346,6 +358,11 @@ impl VersionSet {
             self.roll_over();
         }
         Ok(())
+    }
+
+    /// Bytes written to MANIFESTs and CURRENT since open.
+    pub(crate) fn bytes_written(&self) -> u64 {
+        self.bytes_written
     }
 
     /// False once an edit failed in a way that leaves the MANIFEST's end
@@ -369,7 +386,9 @@ impl VersionSet {
             return Ok(());
         }
         let fs = self.fs.as_ref();
-        write_current_tmp(fs, &self.dir, &manifest_name(self.manifest_number), len)?;
+        let name = manifest_name(self.manifest_number);
+        self.bytes_written += current_len(&name, len);
+        write_current_tmp(fs, &self.dir, &name, len)?;
         fs.rename(&path(&self.dir, "CURRENT.tmp"), &path(&self.dir, CURRENT))?;
         fs.sync_dir(&self.dir)?;
         self.recorded_len = len;
@@ -403,6 +422,7 @@ impl VersionSet {
             return;
         };
         self.recorded_len = writer.len();
+        self.bytes_written += writer.len() + current_len(&name, writer.len());
         self.manifest = writer;
         let old = std::mem::replace(&mut self.manifest_number, number);
         if let Err(e) = fs.sync_dir(&self.dir) {
