@@ -94,6 +94,6 @@ fn repair(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
 
 fn bench_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {
     let result = bench::child::child(serde_json::from_str(spec)?)?;
-    println!("{result}");
+    println!("{}", serde_json::to_string(&result)?);
     Ok(())
 }

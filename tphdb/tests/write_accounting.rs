@@ -36,7 +36,8 @@ fn bytes_written_by_cause_add_up_to_the_file_systems_and_the_kernels() {
         }
     }
     for i in 0..20_000u32 {
-        db.delete(i.wrapping_mul(2_654_435_761).to_be_bytes()).unwrap();
+        db.delete(i.wrapping_mul(2_654_435_761).to_be_bytes())
+            .unwrap();
     }
     db.flush().unwrap();
     db.wait_for_compactions().unwrap();
@@ -44,7 +45,10 @@ fn bytes_written_by_cause_add_up_to_the_file_systems_and_the_kernels() {
     let stats = db.stats();
     let w = &stats.writes_by_cause;
     assert_eq!(w.total(), stats.disk_bytes_written, "{w:?}");
-    assert!(w.wal > 0 && w.flush > 0 && w.index > 0 && w.manifest > 0, "{w:?}");
+    assert!(
+        w.wal > 0 && w.flush > 0 && w.index > 0 && w.manifest > 0,
+        "{w:?}"
+    );
     assert!(w.l0_merge + w.push_down + w.gc_fold > 0, "{w:?}");
     let ours = stats.disk_bytes_written;
     db.close().unwrap();
@@ -59,5 +63,8 @@ fn bytes_written_by_cause_add_up_to_the_file_systems_and_the_kernels() {
     }
     let ratio = kernel as f64 / ours as f64;
     eprintln!("kernel {kernel} bytes, tphdb {ours}: {ratio:.3}");
-    assert!((0.97..1.05).contains(&ratio), "kernel {kernel}, tphdb {ours}");
+    assert!(
+        (0.97..1.05).contains(&ratio),
+        "kernel {kernel}, tphdb {ours}"
+    );
 }

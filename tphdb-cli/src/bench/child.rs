@@ -1,20 +1,17 @@
 //! One engine's run of a side-by-side benchmark, in its own process: load,
 //! settle, the measured phase, settle again, and the figures as JSON.
 
-use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
 use super::engines::{self, EngineConfig, Kv};
-use super::latency::histogram;
+use super::phase::{latency_summary, phase, us, Outcome, PhaseResult, ThreadOps};
 use super::report::round;
+use super::result::EngineResult;
+use super::workload::{KeyStyle, Workload};
 use super::ycsb::{self, OpKind, OpStream};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -22,7 +19,7 @@ type BoxError = Box<dyn std::error::Error>;
 /// What one child runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChildSpec {
-    pub workload: String,
+    pub workload: Workload,
     pub engine: String,
     pub dir: PathBuf,
     pub keys: u64,
@@ -34,32 +31,6 @@ pub struct ChildSpec {
     pub seed: u64,
     pub scan_length: usize,
     pub config: EngineConfig,
-}
-
-/// Every workload the side-by-side runner knows.
-pub const WORKLOADS: [&str; 17] = [
-    "fillseq",
-    "fillrandom",
-    "overwrite",
-    "readrandom",
-    "readmissing",
-    "readhot",
-    "readseq",
-    "seekrandom",
-    "readwhilewriting",
-    "deleterandom",
-    "ycsb-a",
-    "ycsb-b",
-    "ycsb-c",
-    "ycsb-d",
-    "ycsb-e",
-    "ycsb-f",
-    "pogreb",
-];
-
-/// Whether the workload starts from a loaded store.
-fn loads(workload: &str) -> bool {
-    !matches!(workload, "fillseq" | "fillrandom")
 }
 
 /// Pogreb's benchmark data: random bytes of a random length in `len`,
@@ -82,16 +53,54 @@ pub fn bench_key(i: u64, size: usize) -> Vec<u8> {
     k
 }
 
-/// Bytes the process read from and wrote to storage (`/proc/self/io`).
-fn proc_io() -> (u64, u64) {
-    let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (field("read_bytes:"), field("write_bytes:"))
+/// The key of record `i` in a workload's style.
+#[derive(Clone, Copy)]
+struct Keys {
+    style: KeyStyle,
+    size: usize,
+}
+
+impl Keys {
+    fn key(&self, i: u64) -> Vec<u8> {
+        match self.style {
+            KeyStyle::Ycsb => ycsb::record_key(i, self.size),
+            KeyStyle::Pogreb => pogreb_bytes(i, 16..=64),
+            KeyStyle::Bench => bench_key(i, self.size),
+        }
+    }
+}
+
+/// What the kernel counted of this process's storage I/O
+/// (`/proc/self/io`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ProcIo {
+    read_bytes: u64,
+    write_bytes: u64,
+    /// Dirtied, then truncated or deleted before it was written back.
+    cancelled_write_bytes: u64,
+}
+
+impl ProcIo {
+    fn now() -> ProcIo {
+        let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let field = |name: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        ProcIo {
+            read_bytes: field("read_bytes:"),
+            write_bytes: field("write_bytes:"),
+            cancelled_write_bytes: field("cancelled_write_bytes:"),
+        }
+    }
+
+    /// Bytes written from `from` to `self` that reached the device.
+    fn device_written_since(&self, from: &ProcIo) -> u64 {
+        (self.write_bytes - from.write_bytes)
+            .saturating_sub(self.cancelled_write_bytes - from.cancelled_write_bytes)
+    }
 }
 
 /// Peak resident set size in bytes (`VmHWM`).
@@ -133,214 +142,6 @@ impl Values {
     }
 }
 
-/// What one operation did.
-struct Outcome {
-    kind: OpKind,
-    read: u64,
-    written: u64,
-    /// A read found nothing where a value was expected, or the reverse.
-    unexpected: bool,
-    /// Whether the operation's reads should find their keys.
-    expect_found: bool,
-}
-
-impl Outcome {
-    /// An operation that wrote `bytes` of keys and values.
-    fn wrote(kind: OpKind, bytes: u64) -> engines::Result<Self> {
-        let mut o = Outcome::new(kind);
-        o.written = bytes;
-        Ok(o)
-    }
-
-    /// An operation that read `bytes` of keys and values.
-    fn read(kind: OpKind, bytes: u64) -> engines::Result<Self> {
-        let mut o = Outcome::new(kind);
-        o.read = bytes;
-        Ok(o)
-    }
-
-    fn new(kind: OpKind) -> Self {
-        Outcome {
-            kind,
-            read: 0,
-            written: 0,
-            unexpected: false,
-            expect_found: true,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Recorder {
-    hists: BTreeMap<OpKind, Histogram<u64>>,
-}
-
-impl Recorder {
-    fn record(&mut self, kind: OpKind, ns: u64) {
-        self.hists
-            .entry(kind)
-            .or_insert_with(histogram)
-            .saturating_record(ns);
-    }
-
-    fn merge(&mut self, other: &Recorder) {
-        for (k, h) in &other.hists {
-            self.hists
-                .entry(*k)
-                .or_insert_with(histogram)
-                .add(h)
-                .expect("same bounds");
-        }
-    }
-
-    fn all(&self) -> Histogram<u64> {
-        let mut all = histogram();
-        for h in self.hists.values() {
-            all.add(h).expect("same bounds");
-        }
-        all
-    }
-}
-
-fn us(ns: u64) -> f64 {
-    round(ns as f64 / 1000.0, 2)
-}
-
-fn latency_json(h: &Histogram<u64>) -> Value {
-    // A CDF for plots: quantiles spaced evenly in log(1 - q).
-    let cdf: Vec<Value> = (0..=40)
-        .map(|i| 1.0 - 10f64.powf(-(i as f64) / 10.0))
-        .map(|q| json!([round(q, 5), us(h.value_at_quantile(q))]))
-        .collect();
-    json!({
-        "count": h.len(),
-        "avg_us": round(h.mean() / 1000.0, 2),
-        "p50_us": us(h.value_at_quantile(0.5)),
-        "p99_us": us(h.value_at_quantile(0.99)),
-        "p999_us": us(h.value_at_quantile(0.999)),
-        "max_us": us(h.max()),
-        "cdf": cdf,
-    })
-}
-
-/// A thread's operations: called with the index of each operation.
-type ThreadOps<'a> = Box<dyn FnMut(u64) -> engines::Result<Outcome> + Send + 'a>;
-
-struct PhaseResult {
-    ops: u64,
-    secs: f64,
-    rec: Recorder,
-    per_second: Vec<u64>,
-    read: u64,
-    written: u64,
-    unexpected: u64,
-}
-
-/// Runs `ops` operations split over `threads` threads (each made by
-/// `make(thread)`) until done or `limit`, with a progress bar on a terminal
-/// and a line every 5 seconds otherwise.
-fn phase<'a>(
-    db: &dyn Kv,
-    label: &str,
-    threads: usize,
-    ops: u64,
-    limit: Duration,
-    make: &(dyn Fn(usize) -> ThreadOps<'a> + Sync),
-) -> Result<PhaseResult, BoxError> {
-    let threads = threads.max(1);
-    let done = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let (read, written, unexpected) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
-    let total = Mutex::new(Recorder::default());
-    let start = Instant::now();
-    let mut per_second = Vec::new();
-    std::thread::scope(|s| -> Result<(), BoxError> {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (done, stop, total) = (&done, &stop, &total);
-                let (read, written, unexpected) = (&read, &written, &unexpected);
-                s.spawn(move || -> engines::Result<()> {
-                    let mut op = make(t);
-                    let mut rec = Recorder::default();
-                    let (from, to) = (
-                        ops * t as u64 / threads as u64,
-                        ops * (t as u64 + 1) / threads as u64,
-                    );
-                    for i in from..to {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let t0 = Instant::now();
-                        let o = op(i)?;
-                        db.end_op(o.kind as u8, o.expect_found);
-                        rec.record(o.kind, t0.elapsed().as_nanos() as u64);
-                        read.fetch_add(o.read, Ordering::Relaxed);
-                        written.fetch_add(o.written, Ordering::Relaxed);
-                        unexpected.fetch_add(u64::from(o.unexpected), Ordering::Relaxed);
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    total.lock().expect("recorder").merge(&rec);
-                    Ok(())
-                })
-            })
-            .collect();
-        let bar = std::io::stderr().is_terminal().then(|| {
-            indicatif::ProgressBar::new(ops)
-                .with_style(
-                    indicatif::ProgressStyle::with_template(
-                        "  {prefix} [{bar:40}] {pos}/{len} ops, {msg}",
-                    )
-                    .expect("template")
-                    .progress_chars("=> "),
-                )
-                .with_prefix(label.to_string())
-        });
-        let (mut last, mut tick) = (0, start);
-        while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(10));
-            if tick.elapsed() >= Duration::from_secs(1) {
-                tick += Duration::from_secs(1);
-                let now = done.load(Ordering::Relaxed);
-                per_second.push(now - last);
-                last = now;
-                let rate = format!(
-                    "{} ops/s in the last second",
-                    per_second.last().copied().unwrap_or(0)
-                );
-                match &bar {
-                    Some(b) => {
-                        b.set_position(now);
-                        b.set_message(rate);
-                    }
-                    None if per_second.len() % 5 == 0 => {
-                        eprintln!("  {label}: {now}/{ops} ops, {rate}")
-                    }
-                    None => {}
-                }
-            }
-            if start.elapsed() > limit {
-                stop.store(true, Ordering::Relaxed);
-            }
-        }
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        for h in handles {
-            h.join().expect("bench thread").map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    })?;
-    Ok(PhaseResult {
-        ops: done.load(Ordering::Relaxed),
-        secs: start.elapsed().as_secs_f64(),
-        rec: total.into_inner().expect("recorder"),
-        per_second,
-        read: read.load(Ordering::Relaxed),
-        written: written.load(Ordering::Relaxed),
-        unexpected: unexpected.load(Ordering::Relaxed),
-    })
-}
-
 /// A permutation of `0..n`, shuffled by `seed`.
 fn permutation(n: u64, seed: u64) -> Vec<u64> {
     let mut v: Vec<u64> = (0..n).collect();
@@ -357,38 +158,75 @@ fn get_outcome(db: &dyn Kv, key: &[u8], expect: bool) -> engines::Result<Outcome
     Ok(o)
 }
 
-/// Runs one engine and returns its result row.
-pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
-    let mut engine =
-        engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string())?;
-    let pogreb = spec.workload == "pogreb";
-    let values = Values::new(spec.value_size);
-    let (ks, vs) = (spec.key_size, spec.value_size);
-    let entry = (ks + vs) as u64;
-    let ycsb = spec.workload.starts_with("ycsb-");
-    let key = |i: u64| {
-        if ycsb {
-            ycsb::record_key(i, ks)
-        } else if pogreb {
-            pogreb_bytes(i, 16..=64)
-        } else {
-            bench_key(i, ks)
-        }
-    };
-    let (r0, w0) = proc_io();
-    let label = format!("{} {}", spec.engine, spec.workload);
+/// What every phase of a run shares.
+struct Run<'a> {
+    spec: &'a ChildSpec,
+    keys: Keys,
+    values: Values,
+    /// Bytes of one entry (key and value).
+    entry: u64,
+}
 
-    // Load: every key once, in a random order (YCSB: record order, its keys
-    // are hashed).
-    let mut load_ops_per_sec = None;
-    if loads(&spec.workload) {
-        let db: &dyn Kv = engine.as_ref();
-        let order = if ycsb {
+/// The measured phase, and what ran beside it.
+struct Measured {
+    phase: PhaseResult,
+    /// Bytes the background writer wrote (`readwhilewriting`).
+    writer_bytes: u64,
+    /// Records in the store at the end (YCSB D and E insert).
+    records: u64,
+}
+
+/// Runs one engine and returns its figures.
+pub fn child(spec: ChildSpec) -> Result<EngineResult, BoxError> {
+    let open = || engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string());
+    let mut engine = open()?;
+    let run = Run {
+        spec: &spec,
+        keys: Keys {
+            style: spec.workload.key_style(),
+            size: spec.key_size,
+        },
+        values: Values::new(spec.value_size),
+        entry: (spec.key_size + spec.value_size) as u64,
+    };
+    let io_start = ProcIo::now();
+    let load_ops_per_sec = if spec.workload.loads() {
+        Some(run.load(engine.as_ref())?)
+    } else {
+        None
+    };
+    if spec.workload == Workload::Pogreb {
+        // Pogreb's benchmark reads after a reopen.
+        drop(engine);
+        engine = open()?;
+    }
+    let db: &dyn Kv = engine.as_ref();
+    db.mark_run().map_err(|e| e.to_string())?;
+    let io_loaded = ProcIo::now();
+    let measured = run.measure(db)?;
+    let io_measured = ProcIo::now();
+    // Write amplification counts the background work the writes caused.
+    let settle_start = Instant::now();
+    db.settle().map_err(|e| e.to_string())?;
+    let settle_secs = settle_start.elapsed().as_secs_f64();
+    let io_end = ProcIo::now();
+    let io = [io_start, io_loaded, io_measured, io_end];
+    Ok(run.result(db, &measured, load_ops_per_sec, io, settle_secs))
+}
+
+impl Run<'_> {
+    /// Writes every key once, in a random order (YCSB: record order, its
+    /// keys are hashed), settles, and returns the load's operations per
+    /// second.
+    fn load(&self, db: &dyn Kv) -> Result<f64, BoxError> {
+        let spec = self.spec;
+        let order = if spec.workload.key_style() == KeyStyle::Ycsb {
             (0..spec.keys).collect()
         } else {
             permutation(spec.keys, 1)
         };
-        let order = &order;
+        let (order, vs, entry) = (&order, spec.value_size, self.entry);
+        let pogreb = spec.workload == Workload::Pogreb;
         let load = phase(
             db,
             &format!("{} load", spec.engine),
@@ -396,99 +234,87 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
             spec.keys,
             Duration::MAX,
             &|_| {
-                Box::new(|i| {
+                Box::new(move |i| {
                     let k = order[i as usize];
                     if pogreb {
-                        let (k, v) = (key(k), pogreb_bytes(k ^ (1 << 63), 128..=512));
+                        let v = pogreb_bytes(k ^ (1 << 63), 128..=512);
+                        let k = self.keys.key(k);
                         db.put(&k, &v)?;
                         Outcome::wrote(OpKind::Insert, (k.len() + v.len()) as u64)
                     } else {
-                        db.put(&key(k), values.get(k, vs))?;
+                        db.put(&self.keys.key(k), self.values.get(k, vs))?;
                         Outcome::wrote(OpKind::Insert, entry)
                     }
                 })
             },
         )?;
-        load_ops_per_sec = Some(round(load.ops as f64 / load.secs, 0));
         eprintln!("  {} load: settling", spec.engine);
         db.settle().map_err(|e| e.to_string())?;
+        Ok(round(load.ops as f64 / load.secs, 0))
     }
-    if pogreb {
-        // Pogreb's benchmark reads after a reopen.
-        drop(engine);
-        engine = engines::open(&spec.engine, &spec.dir, &spec.config).map_err(|e| e.to_string())?;
-    }
-    let db: &dyn Kv = engine.as_ref();
-    db.mark_run().map_err(|e| e.to_string())?;
-    let (r1, w1) = proc_io();
 
-    // The measured phase.
-    let limit = Duration::from_secs_f64(spec.seconds);
-    let keys = spec.keys;
-    let inserted = AtomicU64::new(keys);
-    let stop_writer = AtomicBool::new(false);
-    let writer_bytes = AtomicU64::new(0);
-    let fill_order = match spec.workload.as_str() {
-        "fillrandom" | "deleterandom" | "pogreb" => permutation(keys, 2),
-        _ => Vec::new(),
-    };
-    let fill_order = &fill_order;
-    let ops = match spec.workload.as_str() {
-        "fillseq" | "fillrandom" | "deleterandom" | "pogreb" => keys,
-        "readseq" => 1,
-        _ => spec.ops,
-    };
-    let wl = ycsb::spec(&spec.workload);
-    let (inserted, seed, scan_length) = (&inserted, spec.seed, spec.scan_length);
-    let workload = spec.workload.as_str();
-    let (values, key) = (&values, &key);
-    let make = |t: usize| -> ThreadOps<'_> {
-        let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(t as u64 * 7919));
-        match workload {
-            "fillseq" | "fillrandom" => Box::new(move |i| {
-                let k = if workload == "fillseq" {
-                    i
-                } else {
-                    fill_order[i as usize]
-                };
+    /// The operations one thread of the measured phase runs.
+    fn thread_ops<'a>(
+        &'a self,
+        db: &'a dyn Kv,
+        t: usize,
+        fill_order: &'a [u64],
+        records: &'a AtomicU64,
+    ) -> ThreadOps<'a> {
+        let spec = self.spec;
+        let (keys, vs, entry) = (spec.keys, spec.value_size, self.entry);
+        let key = move |i: u64| self.keys.key(i);
+        let values = &self.values;
+        let mut rng = fastrand::Rng::with_seed(spec.seed.wrapping_add(t as u64 * 7919));
+        match spec.workload {
+            Workload::Fillseq => Box::new(move |i| {
+                db.put(&key(i), values.get(i, vs))?;
+                Outcome::wrote(OpKind::Insert, entry)
+            }),
+            Workload::Fillrandom => Box::new(move |i| {
+                let k = fill_order[i as usize];
                 db.put(&key(k), values.get(k, vs))?;
                 Outcome::wrote(OpKind::Insert, entry)
             }),
-            "overwrite" => Box::new(move |i| {
+            Workload::Overwrite => Box::new(move |i| {
                 db.put(&key(rng.u64(..keys)), values.get(i ^ 0x5555, vs))?;
                 Outcome::wrote(OpKind::Update, entry)
             }),
-            "pogreb" => Box::new(move |i| get_outcome(db, &key(fill_order[i as usize]), true)),
-            "readrandom" | "readwhilewriting" => {
+            Workload::Pogreb => {
+                Box::new(move |i| get_outcome(db, &key(fill_order[i as usize]), true))
+            }
+            Workload::Readrandom | Workload::Readwhilewriting => {
                 Box::new(move |_| get_outcome(db, &key(rng.u64(..keys)), true))
             }
-            "readmissing" => {
+            Workload::Readmissing => {
                 Box::new(move |_| get_outcome(db, &key(keys + rng.u64(..keys.max(1))), false))
             }
             // The hot set: 1% of the keys, as db_bench's readhot.
-            "readhot" => {
+            Workload::Readhot => {
                 Box::new(move |_| get_outcome(db, &key(rng.u64(..(keys / 100).max(1))), true))
             }
-            "readseq" => Box::new(move |_| {
+            Workload::Readseq => Box::new(move |_| {
                 let n = db.scan(&key(0), usize::MAX)?;
                 Outcome::read(OpKind::Scan, n as u64 * entry)
             }),
-            "seekrandom" => Box::new(move |_| {
-                let n = db.scan(&key(rng.u64(..keys)), scan_length)?;
+            Workload::Seekrandom => Box::new(move |_| {
+                let n = db.scan(&key(rng.u64(..keys)), spec.scan_length)?;
                 Outcome::read(OpKind::Scan, n as u64 * entry)
             }),
-            "deleterandom" => Box::new(move |i| {
+            Workload::Deleterandom => Box::new(move |i| {
                 db.delete(&key(fill_order[i as usize]))?;
-                Outcome::wrote(OpKind::Delete, ks as u64)
+                Outcome::wrote(OpKind::Delete, spec.key_size as u64)
             }),
-            _ => {
-                let mut stream = OpStream::new(
-                    wl.expect("a YCSB workload"),
-                    keys,
-                    seed.wrapping_add(t as u64),
-                );
+            Workload::YcsbA
+            | Workload::YcsbB
+            | Workload::YcsbC
+            | Workload::YcsbD
+            | Workload::YcsbE
+            | Workload::YcsbF => {
+                let wl = spec.workload.ycsb().expect("a YCSB workload");
+                let mut stream = OpStream::new(wl, keys, spec.seed.wrapping_add(t as u64));
                 Box::new(move |i| {
-                    stream.records = inserted.load(Ordering::Relaxed);
+                    stream.records = records.load(Ordering::Relaxed);
                     let op = stream.next_op();
                     let k = key(op.record);
                     let version = ((t as u64) << 40) | i;
@@ -500,13 +326,13 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                             o.written = entry;
                         }
                         OpKind::Insert => {
-                            let n = inserted.fetch_add(1, Ordering::Relaxed);
+                            let n = records.fetch_add(1, Ordering::Relaxed);
                             db.put(&key(n), values.get(n, vs))?;
                             o.written = entry;
                         }
                         OpKind::Scan => o.read = db.scan(&k, op.scan_len)? as u64 * entry,
                         OpKind::ReadModifyWrite => {
-                            o.read = db.get(&k)?.map_or(0, |n| (ks + n) as u64);
+                            o.read = db.get(&k)?.map_or(0, |n| (spec.key_size + n) as u64);
                             db.put(&k, values.get(version, vs))?;
                             o.written = entry;
                         }
@@ -516,86 +342,118 @@ pub fn child(spec: ChildSpec) -> Result<Value, BoxError> {
                 })
             }
         }
-    };
-    let run = std::thread::scope(|s| {
-        if workload == "readwhilewriting" {
-            // One writer overwrites at full speed beside the readers.
-            let (stop, bytes) = (&stop_writer, &writer_bytes);
-            s.spawn(move || -> engines::Result<()> {
-                let mut rng = fastrand::Rng::with_seed(99);
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    db.put(&key(rng.u64(..keys)), values.get(i, vs))?;
-                    bytes.fetch_add(entry, Ordering::Relaxed);
-                    i += 1;
-                }
-                Ok(())
-            });
-        }
-        let r = phase(db, &label, spec.threads, ops, limit, &make);
-        stop_writer.store(true, Ordering::Relaxed);
-        r
-    })?;
-    let (r2, _) = proc_io();
-    // Write amplification counts the background work the writes caused.
-    let settle_start = Instant::now();
-    db.settle().map_err(|e| e.to_string())?;
-    let settle_secs = settle_start.elapsed().as_secs_f64();
-    let (_, w3) = proc_io();
+    }
 
-    let all = run.rec.all();
-    let load_user = if loads(workload) { keys * entry } else { 0 };
-    let user_written = load_user + run.written + writer_bytes.load(Ordering::Relaxed);
-    let mut row = Map::new();
-    let mut put = |k: &str, v: Value| {
-        row.insert(k.to_string(), v);
-    };
-    put("engine", json!(spec.engine));
-    put("ops_per_sec", json!(round(run.ops as f64 / run.secs, 0)));
-    if workload == "readseq" {
-        put(
-            "keys_per_sec",
-            json!(round(run.read as f64 / entry as f64 / run.secs, 0)),
-        );
+    /// The measured phase: the workload's operations on `threads` threads,
+    /// and for `readwhilewriting` one more thread overwriting beside them.
+    fn measure(&self, db: &dyn Kv) -> Result<Measured, BoxError> {
+        let spec = self.spec;
+        let keys = spec.keys;
+        let fill_order = if spec.workload.visits_every_key() {
+            permutation(keys, 2)
+        } else {
+            Vec::new()
+        };
+        let records = AtomicU64::new(keys);
+        let stop_writer = AtomicBool::new(false);
+        let writer_bytes = AtomicU64::new(0);
+        let ops = spec.workload.measured_ops(keys, spec.ops);
+        let label = format!("{} {}", spec.engine, spec.workload.name());
+        let limit = Duration::from_secs_f64(spec.seconds);
+        let make = |t: usize| self.thread_ops(db, t, &fill_order, &records);
+        let result = std::thread::scope(|s| {
+            if spec.workload.has_background_writer() {
+                let (stop, bytes) = (&stop_writer, &writer_bytes);
+                s.spawn(move || -> engines::Result<()> {
+                    let mut rng = fastrand::Rng::with_seed(99);
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let k = self.keys.key(rng.u64(..keys));
+                        db.put(&k, self.values.get(i, spec.value_size))?;
+                        bytes.fetch_add(self.entry, Ordering::Relaxed);
+                        i += 1;
+                    }
+                    Ok(())
+                });
+            }
+            let r = phase(db, &label, spec.threads, ops, limit, &make);
+            stop_writer.store(true, Ordering::Relaxed);
+            r
+        })?;
+        Ok(Measured {
+            phase: result,
+            writer_bytes: writer_bytes.load(Ordering::Relaxed),
+            records: records.load(Ordering::Relaxed),
+        })
     }
-    put("avg_us", json!(round(all.mean() / 1000.0, 2)));
-    put("p50_us", json!(us(all.value_at_quantile(0.5))));
-    put("p99_us", json!(us(all.value_at_quantile(0.99))));
-    put("p999_us", json!(us(all.value_at_quantile(0.999))));
-    put("load_ops_per_sec", json!(load_ops_per_sec));
-    put(
-        "write_amp",
-        json!(round((w3 - w0) as f64 / user_written.max(1) as f64, 2)),
-    );
-    // Without user reads (fills, deletes) there is nothing to amplify.
-    put(
-        "read_amp",
-        json!((run.read > 0).then(|| round((r2 - r1) as f64 / run.read as f64, 2))),
-    );
-    put("disk_read_mb", json!(round((r2 - r0) as f64 / 1e6, 1)));
-    put("load_written_mb", json!(round((w1 - w0) as f64 / 1e6, 1)));
-    put("disk_written_mb", json!(round((w3 - w0) as f64 / 1e6, 1)));
-    put("final_settle_seconds", json!(round(settle_secs, 2)));
-    put(
-        "space_mb",
-        json!(round(dir_bytes(&spec.dir) as f64 / 1e6, 1)),
-    );
-    put("peak_rss_mb", json!(round(peak_rss() as f64 / 1e6, 1)));
-    put("unexpected_reads", json!(run.unexpected));
-    put("ops", json!(run.ops));
-    for (k, v) in db.extra(inserted.load(Ordering::Relaxed)) {
-        put(k, v);
-    }
-    put(
-        "latency",
-        Value::Object(
-            run.rec
+
+    /// The figures of the run. `io` is the kernel's count at the start, after
+    /// the load, after the measured phase and after the final settle.
+    fn result(
+        &self,
+        db: &dyn Kv,
+        m: &Measured,
+        load_ops_per_sec: Option<f64>,
+        io: [ProcIo; 4],
+        settle_secs: f64,
+    ) -> EngineResult {
+        let spec = self.spec;
+        let run = &m.phase;
+        let [start, loaded, measured, end] = io;
+        let all = run.rec.all();
+        let load_user = if spec.workload.loads() {
+            spec.keys * self.entry
+        } else {
+            0
+        };
+        let user_written = (load_user + run.written + m.writer_bytes).max(1) as f64;
+        let counters = db.write_counters();
+        let mb = |b: u64| round(b as f64 / 1e6, 1);
+        let device = end.device_written_since(&start);
+        let mut r = EngineResult {
+            engine: spec.engine.clone(),
+            ops: Some(run.ops),
+            ops_per_sec: Some(round(run.ops as f64 / run.secs, 0)),
+            keys_per_sec: (spec.workload == Workload::Readseq)
+                .then(|| round(run.read as f64 / self.entry as f64 / run.secs, 0)),
+            avg_us: Some(round(all.mean() / 1000.0, 2)),
+            p50_us: Some(us(all.value_at_quantile(0.5))),
+            p99_us: Some(us(all.value_at_quantile(0.99))),
+            p999_us: Some(us(all.value_at_quantile(0.999))),
+            load_ops_per_sec,
+            write_amp: counters.map(|c| round(c.flush_and_compaction as f64 / user_written, 2)),
+            wal_amp: counters
+                .and_then(|c| c.wal)
+                .map(|wal| round(wal as f64 / user_written, 2)),
+            device_write_amp: Some(round(device as f64 / user_written, 2)),
+            // Without user reads (fills, deletes) there is nothing to
+            // amplify.
+            read_amp: (run.read > 0).then(|| {
+                round(
+                    (measured.read_bytes - loaded.read_bytes) as f64 / run.read as f64,
+                    2,
+                )
+            }),
+            disk_read_mb: Some(mb(measured.read_bytes - start.read_bytes)),
+            load_written_mb: Some(mb(loaded.write_bytes - start.write_bytes)),
+            disk_written_mb: Some(mb(end.write_bytes - start.write_bytes)),
+            device_written_mb: Some(mb(device)),
+            final_settle_seconds: Some(round(settle_secs, 2)),
+            space_mb: Some(mb(dir_bytes(&spec.dir))),
+            peak_rss_mb: Some(mb(peak_rss())),
+            unexpected_reads: Some(run.unexpected),
+            throughput_per_sec: run.per_second.clone(),
+            latency: run
+                .rec
                 .hists
                 .iter()
-                .map(|(k, h)| (k.name().to_string(), latency_json(h)))
+                .map(|(k, h)| (k.name().to_string(), latency_summary(h)))
                 .collect(),
-        ),
-    );
-    put("throughput_per_sec", json!(run.per_second));
-    Ok(Value::Object(row))
+            ..EngineResult::default()
+        };
+        for (k, v) in db.extra(m.records, user_written as u64) {
+            r.engine_figures.insert(k.to_string(), v);
+        }
+        r
+    }
 }

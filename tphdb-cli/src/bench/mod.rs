@@ -6,10 +6,13 @@ mod disk;
 mod engines;
 mod latency;
 pub mod peer;
+mod phase;
 mod phf;
 mod piece;
 mod plot;
 mod report;
+mod result;
+mod workload;
 mod ycsb;
 
 use clap::{Args, Subcommand};
@@ -19,11 +22,11 @@ pub use report::Report;
 #[derive(Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    workload: Workload,
+    workload: Command,
 }
 
 #[derive(Subcommand)]
-enum Workload {
+enum Command {
     /// Perfect hash functions: CPHash against PtrHash and FMPH.
     Phf(phf::PhfArgs),
     /// Piece files: index memory per key and get() latency.
@@ -75,26 +78,26 @@ enum Workload {
 
 pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     match args.workload {
-        Workload::Phf(a) => phf::run(a),
-        Workload::Piece(a) => piece::run(a),
-        Workload::Fillseq(a) => peer::run("fillseq", a),
-        Workload::Fillrandom(a) => peer::run("fillrandom", a),
-        Workload::Overwrite(a) => peer::run("overwrite", a),
-        Workload::Readrandom(a) => peer::run("readrandom", a),
-        Workload::Readmissing(a) => peer::run("readmissing", a),
-        Workload::Readhot(a) => peer::run("readhot", a),
-        Workload::Readseq(a) => peer::run("readseq", a),
-        Workload::Seekrandom(a) => peer::run("seekrandom", a),
-        Workload::Readwhilewriting(a) => peer::run("readwhilewriting", a),
-        Workload::Deleterandom(a) => peer::run("deleterandom", a),
-        Workload::Open(a) => db::run_open(a),
-        Workload::YcsbA(a) => peer::run("ycsb-a", a),
-        Workload::YcsbB(a) => peer::run("ycsb-b", a),
-        Workload::YcsbC(a) => peer::run("ycsb-c", a),
-        Workload::YcsbD(a) => peer::run("ycsb-d", a),
-        Workload::YcsbE(a) => peer::run("ycsb-e", a),
-        Workload::YcsbF(a) => peer::run("ycsb-f", a),
-        Workload::Pogreb(a) => peer::run("pogreb", a),
+        Command::Phf(a) => phf::run(a),
+        Command::Piece(a) => piece::run(a),
+        Command::Fillseq(a) => peer::run(workload::Workload::Fillseq, a),
+        Command::Fillrandom(a) => peer::run(workload::Workload::Fillrandom, a),
+        Command::Overwrite(a) => peer::run(workload::Workload::Overwrite, a),
+        Command::Readrandom(a) => peer::run(workload::Workload::Readrandom, a),
+        Command::Readmissing(a) => peer::run(workload::Workload::Readmissing, a),
+        Command::Readhot(a) => peer::run(workload::Workload::Readhot, a),
+        Command::Readseq(a) => peer::run(workload::Workload::Readseq, a),
+        Command::Seekrandom(a) => peer::run(workload::Workload::Seekrandom, a),
+        Command::Readwhilewriting(a) => peer::run(workload::Workload::Readwhilewriting, a),
+        Command::Deleterandom(a) => peer::run(workload::Workload::Deleterandom, a),
+        Command::Open(a) => db::run_open(a),
+        Command::YcsbA(a) => peer::run(workload::Workload::YcsbA, a),
+        Command::YcsbB(a) => peer::run(workload::Workload::YcsbB, a),
+        Command::YcsbC(a) => peer::run(workload::Workload::YcsbC, a),
+        Command::YcsbD(a) => peer::run(workload::Workload::YcsbD, a),
+        Command::YcsbE(a) => peer::run(workload::Workload::YcsbE, a),
+        Command::YcsbF(a) => peer::run(workload::Workload::YcsbF, a),
+        Command::Pogreb(a) => peer::run(workload::Workload::Pogreb, a),
     }
 }
 

@@ -14,10 +14,12 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-use super::child::{ChildSpec, WORKLOADS};
+use super::child::ChildSpec;
 use super::disk::{fio_randread, raw_direct_reads};
 use super::engines::{self, EngineConfig, TphdbSettings};
 use super::report::round;
+use super::result::EngineResult;
+use super::workload::Workload;
 use super::Report;
 
 type BoxError = Box<dyn std::error::Error>;
@@ -98,10 +100,7 @@ pub struct PeerArgs {
 }
 
 /// Runs a workload on each engine in turn and reports them side by side.
-pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
-    if !WORKLOADS.contains(&workload) {
-        return Err(format!("unknown workload {workload}").into());
-    }
+pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
     let ops = a.ops.unwrap_or(a.keys);
     for e in &a.engines {
         if !engines::ALL.contains(&e.as_str()) {
@@ -113,7 +112,7 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
     let parent = a.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     let tmp = tempfile::tempdir_in(&parent)?;
     let exe = std::env::current_exe()?;
-    let mut report = Report::new(workload);
+    let mut report = Report::new(workload.name());
     for (k, v) in [
         ("keys", json!(a.keys)),
         ("ops", json!(ops)),
@@ -129,12 +128,16 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         report.param(k, v);
     }
     let mut tuned_cache = 0;
-    let mut rows: Vec<Map<String, Value>> = Vec::new();
+    let mut rows: Vec<EngineResult> = Vec::new();
     let mut disk = Vec::new();
     for engine in &order {
-        eprintln!("{workload}: {engine}, {} keys, {ops} operations", a.keys);
+        eprintln!(
+            "{}: {engine}, {} keys, {ops} operations",
+            workload.name(),
+            a.keys
+        );
         let spec = ChildSpec {
-            workload: workload.to_string(),
+            workload,
             engine: engine.clone(),
             dir: tmp.path().join(engine),
             keys: a.keys,
@@ -161,7 +164,7 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
             },
         };
         if engine == "pogreb" {
-            if let Some(why) = pogreb_unsupported(workload, a.threads) {
+            if let Some(why) = workload.pogreb_unsupported(a.threads) {
                 eprintln!("  pogreb: skipped ({why})");
                 report.param("pogreb_skipped", why);
                 continue;
@@ -199,27 +202,22 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
             let why = format!("failed ({})", out.status);
             eprintln!("  {engine}: {why}");
             let _ = std::fs::remove_dir_all(tmp.path().join(engine));
-            let mut row = Map::new();
-            row.insert("engine".into(), json!(engine));
-            row.insert("error".into(), json!(why));
-            rows.push(row);
+            rows.push(EngineResult::failed(engine, why));
             continue;
         }
-        let row: Value = serde_json::from_slice(&out.stdout)?;
-        let Value::Object(row) = row else {
-            return Err(format!("{engine}: no result").into());
-        };
+        let row: EngineResult = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("{engine}: no result ({e})"))?;
         if engine == "tphdb" {
             // rocksdb-tuned gets tphdb's read memory (index and block
             // cache) as its block cache, besides its pinned index and filters.
             tuned_cache = ["index_bytes", "block_cache_capacity"]
                 .iter()
-                .filter_map(|k| row.get(*k).and_then(Value::as_u64))
+                .filter_map(|k| row.engine_figures.get(*k).and_then(Value::as_u64))
                 .sum();
             // What the disk gives one thread, measured on tphdb's largest
             // file right after its run.
-            if workload == "readrandom" && a.direct_io {
-                let ops = row["ops_per_sec"].as_f64().unwrap_or(0.0);
+            if workload == Workload::Readrandom && a.direct_io {
+                let ops = row.ops_per_sec.unwrap_or(0.0);
                 disk_rows(&mut disk, &tmp.path().join(engine), a.fio_seconds, ops);
             }
         }
@@ -227,62 +225,11 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         rows.push(row);
     }
     rows.extend(disk);
-    if workload == "pogreb" {
-        // The figures Pogreb's own benchmark reports.
-        for r in &mut rows {
-            let (w, rd) = (
-                r.get("load_ops_per_sec").cloned(),
-                r.get("ops_per_sec").cloned(),
-            );
-            r.insert("write_ops_per_sec".into(), w.unwrap_or(Value::Null));
-            r.insert("read_ops_per_sec".into(), rd.unwrap_or(Value::Null));
-        }
+    compare(&mut rows, workload);
+    for row in &rows {
+        report.push(row.to_json());
     }
-    let tuned_ops = rows
-        .iter()
-        .find(|r| r["engine"] == "rocksdb-tuned")
-        .and_then(|r| r["ops_per_sec"].as_f64());
-    let base = rows.iter().find(|r| r["engine"] == "rocksdb").map(|r| {
-        (
-            r["ops_per_sec"].as_f64().unwrap_or(0.0),
-            r["p99_us"].as_f64().unwrap_or(0.0),
-            r["write_amp"].as_f64().unwrap_or(0.0),
-        )
-    });
-    for mut row in rows {
-        if let Some((ops, p99, wa)) = base {
-            let ratio = |v: Option<&Value>, b: f64| {
-                v.and_then(Value::as_f64)
-                    .filter(|_| b > 0.0)
-                    .map(|v| round(v / b, 2))
-            };
-            row.insert(
-                "x_rocksdb_ops".into(),
-                json!(ratio(row.get("ops_per_sec"), ops)),
-            );
-            row.insert("x_rocksdb_p99".into(), json!(ratio(row.get("p99_us"), p99)));
-            row.insert(
-                "x_rocksdb_write_amp".into(),
-                json!(ratio(row.get("write_amp"), wa)),
-            );
-        }
-        if let Some(t) = tuned_ops.filter(|&t| t > 0.0) {
-            let ops = row.get("ops_per_sec").and_then(Value::as_f64);
-            row.insert("x_tuned_ops".into(), json!(ops.map(|o| round(o / t, 2))));
-        }
-        if let Some(w) = row.get("throughput_per_sec").and_then(worst_second) {
-            row.insert("worst_second_x_median".into(), json!(round(w, 2)));
-        }
-        let engine = row["engine"].as_str().unwrap_or_default().to_string();
-        report.result(
-            &engine,
-            row.iter()
-                .filter(|(k, _)| *k != "engine")
-                .map(|(k, v)| (k.as_str(), v.clone()))
-                .collect(),
-        );
-    }
-    println!("{workload}: {} keys, {ops} operations", a.keys);
+    println!("{}: {} keys, {ops} operations", workload.name(), a.keys);
     report.print_columns(&[
         "engine",
         "write_ops_per_sec",
@@ -298,6 +245,9 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         "worst_second_x_median",
         "write_amp",
         "x_rocksdb_write_amp",
+        "wal_amp",
+        "device_write_amp",
+        "x_rocksdb_device_write_amp",
         "read_amp",
         "space_mb",
         "peak_rss_mb",
@@ -316,9 +266,38 @@ pub fn run(workload: &str, a: PeerArgs) -> Result<(), BoxError> {
         report.write_json(p)?;
     }
     if let Some(dir) = &a.plot {
-        plots(dir, workload, &report)?;
+        plots(dir, workload.name(), &report)?;
     }
     Ok(())
+}
+
+/// Adds the comparisons: each engine's throughput, p99 and write
+/// amplifications over RocksDB's, its throughput over `rocksdb-tuned`'s,
+/// its slowest second over its median, and Pogreb's own figures.
+fn compare(rows: &mut [EngineResult], workload: Workload) {
+    let find = |name: &str| rows.iter().find(|r| r.engine == name).cloned();
+    let (base, tuned) = (find("rocksdb"), find("rocksdb-tuned"));
+    let ratio = |v: Option<f64>, b: Option<f64>| match (v, b) {
+        (Some(v), Some(b)) if b > 0.0 => Some(round(v / b, 2)),
+        _ => None,
+    };
+    for row in rows.iter_mut() {
+        if let Some(b) = &base {
+            row.x_rocksdb_ops = ratio(row.ops_per_sec, b.ops_per_sec);
+            row.x_rocksdb_p99 = ratio(row.p99_us, b.p99_us);
+            row.x_rocksdb_write_amp = ratio(row.write_amp, b.write_amp);
+            row.x_rocksdb_device_write_amp = ratio(row.device_write_amp, b.device_write_amp);
+        }
+        if let Some(t) = &tuned {
+            row.x_tuned_ops = ratio(row.ops_per_sec, t.ops_per_sec);
+        }
+        row.worst_second_x_median = worst_second(&row.throughput_per_sec).map(|w| round(w, 2));
+        if workload == Workload::Pogreb {
+            // The figures Pogreb's own benchmark reports.
+            row.write_ops_per_sec = row.load_ops_per_sec;
+            row.read_ops_per_sec = row.ops_per_sec;
+        }
+    }
 }
 
 /// A cgroup v1 memory limit for one engine's processes: their resident
@@ -356,17 +335,6 @@ impl Drop for MemoryBudget {
     }
 }
 
-/// Why Pogreb cannot run a workload, if it cannot: it has no ordered
-/// iteration, and its driver replays one recorded stream in one thread.
-fn pogreb_unsupported(workload: &str, threads: usize) -> Option<&'static str> {
-    match workload {
-        "ycsb-e" | "seekrandom" | "readseq" => Some("no ordered scans"),
-        "readwhilewriting" => Some("needs a concurrent writer"),
-        _ if threads > 1 => Some("the driver replays one thread"),
-        _ => None,
-    }
-}
-
 /// The Pogreb driver, built by scripts/setup-peers.sh next to the release
 /// binaries' target directory, or where `TPHDB_POGREB_DRIVER` says.
 fn pogreb_driver() -> Result<PathBuf, BoxError> {
@@ -394,7 +362,7 @@ fn pogreb_driver() -> Result<PathBuf, BoxError> {
 /// 4 KiB O_DIRECT reads of tphdb's largest file, timed in-process and by
 /// fio at queue depth 1, with tphdb's throughput as a ratio of each.
 fn disk_rows(
-    rows: &mut Vec<Map<String, Value>>,
+    rows: &mut Vec<EngineResult>,
     dir: &std::path::Path,
     fio_seconds: u32,
     tphdb_ops: f64,
@@ -407,16 +375,14 @@ fn disk_rows(
     });
     let Some(file) = largest else { return };
     let mut row = |engine: &str, ops: f64, avg: f64, p99: f64| {
-        let mut r = Map::new();
-        r.insert("engine".into(), json!(engine));
-        r.insert("ops_per_sec".into(), json!(round(ops, 0)));
-        r.insert("avg_us".into(), json!(round(avg, 2)));
-        r.insert("p99_us".into(), json!(round(p99, 2)));
-        r.insert(
-            "tphdb_ratio".into(),
-            json!(round(tphdb_ops / ops.max(1e-9), 3)),
-        );
-        rows.push(r);
+        rows.push(EngineResult {
+            engine: engine.to_string(),
+            ops_per_sec: Some(round(ops, 0)),
+            avg_us: Some(round(avg, 2)),
+            p99_us: Some(round(p99, 2)),
+            tphdb_ratio: Some(round(tphdb_ops / ops.max(1e-9), 3)),
+            ..EngineResult::default()
+        });
     };
     eprintln!("  disk: random 4 KiB O_DIRECT reads of {}", file.display());
     if let Ok(raw) = raw_direct_reads(&file, 200_000, Duration::from_secs(5)) {
@@ -474,12 +440,8 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
 
 /// The slowest whole second of a run over its median second (write stalls
 /// show up as a low ratio); `None` for runs under three seconds.
-fn worst_second(per_second: &Value) -> Option<f64> {
-    let mut v: Vec<f64> = per_second
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_f64)
-        .collect();
+fn worst_second(per_second: &[u64]) -> Option<f64> {
+    let mut v: Vec<f64> = per_second.iter().map(|&n| n as f64).collect();
     if v.len() < 3 {
         return None;
     }
@@ -494,8 +456,8 @@ mod tests {
 
     #[test]
     fn worst_second_is_the_slowest_over_the_median() {
-        assert_eq!(worst_second(&json!([100, 20, 90, 110, 100])), Some(0.2));
-        assert_eq!(worst_second(&json!([100, 100])), None);
-        assert_eq!(worst_second(&json!([0, 0, 0])), None);
+        assert_eq!(worst_second(&[100, 20, 90, 110, 100]), Some(0.2));
+        assert_eq!(worst_second(&[100, 100]), None);
+        assert_eq!(worst_second(&[0, 0, 0]), None);
     }
 }

@@ -34,6 +34,11 @@ impl Report {
         self.results.push(row);
     }
 
+    /// Adds a result row as it is.
+    pub fn push(&mut self, row: Map<String, Value>) {
+        self.results.push(row);
+    }
+
     pub fn rows(&self) -> &[Map<String, Value>] {
         &self.results
     }

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
 
-use super::{EngineConfig, Kv, Result};
+use super::{EngineConfig, Kv, Result, WriteCounters};
 
 #[repr(C)]
 struct LdbT(c_void);
@@ -194,6 +194,36 @@ impl Kv for LevelDb {
         }
         check(err)?;
         Ok(read)
+    }
+
+    /// Flushes and compactions, from the "Write(MB)" column of LevelDB's
+    /// compaction table (`leveldb.stats`), in whole MB as it prints them.
+    fn write_counters(&self) -> Option<WriteCounters> {
+        let name = CString::new("leveldb.stats").ok()?;
+        // SAFETY: the property string is malloc'd by LevelDB (or null).
+        let text = unsafe {
+            let p = leveldb_property_value(self.db, name.as_ptr());
+            if p.is_null() {
+                return None;
+            }
+            let s = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+            leveldb_free(p.cast());
+            s
+        };
+        let mb: f64 = text
+            .lines()
+            .filter_map(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // Level Files Size(MB) Time(sec) Read(MB) Write(MB)
+                (cols.len() == 6 && cols[0].parse::<u32>().is_ok())
+                    .then(|| cols[5].parse::<f64>().ok())
+                    .flatten()
+            })
+            .sum();
+        Some(WriteCounters {
+            flush_and_compaction: (mb * 1048576.0) as u64,
+            wal: None,
+        })
     }
 
     fn settle(&self) -> Result<()> {

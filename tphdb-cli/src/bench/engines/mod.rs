@@ -47,10 +47,26 @@ pub trait Kv: Send + Sync {
     fn mark_run(&self) -> Result<()> {
         Ok(())
     }
-    /// Engine-specific figures for the report.
-    fn extra(&self, _keys: u64) -> Vec<(&'static str, Value)> {
+    /// What flushes and compactions wrote, and the WAL, since the engine
+    /// was opened; `None` for engines that do not count them.
+    fn write_counters(&self) -> Option<WriteCounters> {
+        None
+    }
+    /// Engine-specific figures for the report: `keys` are in the store,
+    /// `user_bytes` of keys and values were written.
+    fn extra(&self, _keys: u64, _user_bytes: u64) -> Vec<(&'static str, Value)> {
         Vec::new()
     }
+}
+
+/// Bytes an engine counts itself writing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteCounters {
+    /// Flushes and compactions (RocksDB's `rocksdb.flush.write.bytes` and
+    /// `rocksdb.compact.write.bytes`).
+    pub flush_and_compaction: u64,
+    /// The WAL, when the engine counts it.
+    pub wal: Option<u64>,
 }
 
 /// How the benchmark configures every engine.

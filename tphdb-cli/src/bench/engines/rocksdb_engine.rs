@@ -13,7 +13,7 @@ use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, ReadOptions,
 
 use serde_json::{json, Value};
 
-use super::{EngineConfig, Kv, Result};
+use super::{EngineConfig, Kv, Result, WriteCounters};
 
 pub struct Rocks {
     db: DB,
@@ -51,6 +51,22 @@ impl Rocks {
             db: DB::open(&opts, dir)?,
             opts,
         })
+    }
+}
+
+impl Rocks {
+    /// A ticker's count, by name, from the statistics RocksDB keeps.
+    fn tickers(&self) -> impl Fn(&str) -> u64 {
+        let stats = self.opts.get_statistics().unwrap_or_default();
+        move |name: &str| -> u64 {
+            stats
+                .lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.split("COUNT :").nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        }
     }
 }
 
@@ -104,17 +120,17 @@ impl Kv for Rocks {
         }
     }
 
-    fn extra(&self, _keys: u64) -> Vec<(&'static str, Value)> {
-        let stats = self.opts.get_statistics().unwrap_or_default();
-        let count = |name: &str| -> u64 {
-            stats
-                .lines()
-                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-                .and_then(|l| l.split("COUNT :").nth(1))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
+    fn write_counters(&self) -> Option<WriteCounters> {
+        let count = self.tickers();
+        Some(WriteCounters {
+            flush_and_compaction: count("rocksdb.flush.write.bytes")
+                + count("rocksdb.compact.write.bytes"),
+            wal: Some(count("rocksdb.wal.bytes")),
+        })
+    }
+
+    fn extra(&self, _keys: u64, _user_bytes: u64) -> Vec<(&'static str, Value)> {
+        let count = self.tickers();
         vec![
             (
                 "block_cache_index_miss",

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tphdb::fs::ReadMode;
 use tphdb::{Options, DB};
 
-use super::{EngineConfig, Kv, Result};
+use super::{EngineConfig, Kv, Result, WriteCounters};
 use crate::bench::report::round;
 
 pub struct Tphdb {
@@ -82,8 +82,36 @@ impl Kv for Tphdb {
         Ok(())
     }
 
-    fn extra(&self, keys: u64) -> Vec<(&'static str, Value)> {
+    fn write_counters(&self) -> Option<WriteCounters> {
+        let w = self.db.stats().writes_by_cause;
+        Some(WriteCounters {
+            flush_and_compaction: w.flush_and_compaction(),
+            wal: Some(w.wal),
+        })
+    }
+
+    fn extra(&self, keys: u64, user_bytes: u64) -> Vec<(&'static str, Value)> {
         let st = self.db.stats();
+        let amp = |b: u64| round(b as f64 / user_bytes.max(1) as f64, 3);
+        let w = &st.writes_by_cause;
+        let r = &st.compaction_reads;
+        // What each cause wrote (and compactions read) over what the user
+        // wrote: where the write amplification comes from.
+        let breakdown = json!({
+            "wal": amp(w.wal),
+            "flush": amp(w.flush),
+            "l0_merge": amp(w.l0_merge),
+            "push_down": amp(w.push_down),
+            "gc_fold": amp(w.gc_fold),
+            "index": amp(w.index),
+            "manifest": amp(w.manifest),
+        });
+        let reads = json!({
+            "l0_merge": amp(r.l0_merge),
+            "push_down": amp(r.push_down),
+            "gc_fold": amp(r.gc_fold),
+            "key_hashes": amp(r.key_hashes),
+        });
         let levels: Vec<Value> = st
             .levels
             .iter()
@@ -114,6 +142,12 @@ impl Kv for Tphdb {
             ("block_cache_hits", json!(st.block_cache_hits)),
             ("block_cache_misses", json!(st.block_cache_misses)),
             ("compactions", json!(st.compactions)),
+            ("write_amp_breakdown", breakdown),
+            ("compaction_read_amp", reads),
+            (
+                "stall_seconds",
+                json!(round(st.stall_micros as f64 / 1e6, 2)),
+            ),
             ("flushes", json!(st.flushes)),
             ("levels", Value::Array(levels)),
             ("structure", json!(st.level_table())),
