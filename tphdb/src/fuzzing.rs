@@ -67,7 +67,8 @@ pub fn replay_wal(bytes: &[u8]) -> Result<Vec<KeyVersion>> {
     fs.write_file(&dir.join(crate::filename::wal_name(1)), bytes.to_vec());
     let mem = MemTable::new(1);
     let (mut last_seq, mut info) = (0, crate::db::open::WalReplay::default());
-    crate::db::open::replay_wal(&fs, dir, 1, &mem, &mut last_seq, &mut info)?;
+    let mut at = crate::db::open::ReplayPosition::default();
+    crate::db::open::replay_wal(&fs, dir, 1, &mem, &mut last_seq, &mut at, &mut info)?;
     Ok(mem
         .newest_versions()
         .into_iter()

@@ -594,3 +594,51 @@ fn wals_after_a_torn_one_are_not_replayed() {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i, 1)));
     }
 }
+
+/// Earlier WALs are not synced when the writer moves to a new one: a power
+/// loss can cut any of them anywhere, even the first one whole, and the
+/// database must still reopen to a prefix of the writes, one that holds
+/// every write up to the last synced one (a sync syncs the earlier WALs).
+#[test]
+fn power_loss_cutting_unsynced_wals_anywhere_leaves_a_prefix() {
+    let ops: Vec<Op> = (0..120u32).map(|i| Op::Put(i % 40, i)).collect();
+    for synced_through in [0, 30, 70, 100] {
+        let fs = FaultFs::new();
+        let opts = Options {
+            max_immutable_memtables: 10,
+            ..options(&fs)
+        };
+        let db = DB::open(&opts, DIR).unwrap();
+        // Keep every WAL unflushed: piece creation fails.
+        fs.fail_nth_named(
+            ".ph",
+            &[OpKind::Create],
+            0,
+            true,
+            io::ErrorKind::StorageFull,
+        );
+        for (i, op) in ops.iter().enumerate() {
+            let Op::Put(k, v) = op else { unreachable!() };
+            let sync = WriteOptions {
+                sync: i + 1 == synced_through,
+                ..WriteOptions::default()
+            };
+            db.put_opt(key(*k), value(*k, *v), &sync).unwrap();
+        }
+        let wals = fs
+            .list(Path::new(DIR))
+            .unwrap()
+            .into_iter()
+            .filter(|n| n.ends_with(".log"))
+            .count();
+        assert!(wals >= 3, "{wals} WALs");
+        let mut lengths = std::collections::BTreeSet::new();
+        for seed in 0..100 {
+            let image = fs.crash(seed);
+            let what = format!("synced through {synced_through}, seed {seed}");
+            lengths.insert(verify(&image, &ops, synced_through, &what));
+        }
+        // The cuts fell in several places.
+        assert!(lengths.len() > 3, "{lengths:?}");
+    }
+}

@@ -364,6 +364,7 @@ impl Inner {
             return Err(e);
         }
         let log_number = vs.log_number;
+        self.wals_flushed_below.store(log_number, Ordering::Release);
         let done = std::mem::replace(
             &mut st.deferred,
             super::Deferred {

@@ -190,6 +190,9 @@ pub(crate) struct Inner {
     pub(crate) sv: ArcSwap<SuperVersion>,
     /// Largest sequence number visible to readers.
     pub(crate) visible_seq: AtomicU64,
+    /// WALs numbered below this hold only flushed writes: nothing needs
+    /// them synced (the MANIFEST's log number).
+    pub(crate) wals_flushed_below: AtomicU64,
     pub(crate) stats: Stats,
     pub(crate) pool: rayon::ThreadPool,
     /// Flushes run here, never queued behind a long compaction on `pool`:
@@ -271,7 +274,10 @@ impl Inner {
             // caller has to hear it.
             Some(e) => Err(Error::Poisoned(e)),
             None if self.read_only => Ok(()),
-            None => self.wal.lock().sync(),
+            None => {
+                let flushed_below = self.wals_flushed_below.load(Ordering::Acquire);
+                self.wal.lock().sync(flushed_below)
+            }
         };
         self.lock.lock().take();
         result

@@ -31,15 +31,89 @@ pub(crate) struct WalWriter {
     pub(crate) mem: Arc<MemTable>,
     /// Last sequence number assigned.
     pub(crate) last_seq: u64,
+    /// Last sequence number written to a WAL (writes that skip the WAL
+    /// take sequence numbers too): what a new WAL's header says.
+    pub(crate) last_logged_seq: u64,
+    /// Records appended to the current WAL since it was last synced.
+    pub(crate) dirty: bool,
+    /// Earlier WALs, oldest first, that the writer moved past without
+    /// syncing: a sync syncs them first, and those whose memtables are
+    /// flushed are dropped. Not syncing at every memtable switch lets a WAL
+    /// be deleted before it is written back, so in a fill it never reaches
+    /// the device (as RocksDB's).
+    pub(crate) older: Vec<OlderWal>,
+}
+
+/// A WAL the writer moved past while it held unsynced records.
+pub(crate) struct OlderWal {
+    number: u64,
+    log: LogWriter,
 }
 
 impl WalWriter {
-    pub(crate) fn sync(&mut self) -> Result<()> {
-        match &mut self.log {
-            Some(l) => l.sync(),
-            None => Ok(()),
+    /// A writer appending to WAL `number` (none: a read-only database),
+    /// whose header it writes.
+    pub(crate) fn new(
+        log: Option<LogWriter>,
+        number: u64,
+        mem: Arc<MemTable>,
+        last_seq: u64,
+    ) -> Result<WalWriter> {
+        let mut w = WalWriter {
+            dirty: false,
+            log,
+            number,
+            mem,
+            last_seq,
+            last_logged_seq: last_seq,
+            older: Vec::new(),
+        };
+        if let Some(log) = &mut w.log {
+            write_header(log, last_seq)?;
         }
+        Ok(w)
     }
+
+    /// Makes every logged write durable: first the earlier WALs not yet
+    /// synced (dropping those numbered below `flushed_below`, whose
+    /// memtables are flushed), then the current one.
+    pub(crate) fn sync(&mut self, flushed_below: u64) -> Result<()> {
+        self.older.retain(|w| w.number >= flushed_below);
+        while let Some(w) = self.older.first_mut() {
+            w.log.sync()?;
+            self.older.remove(0);
+        }
+        if let (Some(log), true) = (&mut self.log, self.dirty) {
+            log.sync()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Moves to WAL `number`, whose header `log` holds, keeping the current
+    /// one to sync later if it holds unsynced records.
+    fn start_next(&mut self, number: u64, log: LogWriter, flushed_below: u64) {
+        let old = self.log.replace(log);
+        let old_number = std::mem::replace(&mut self.number, number);
+        let was_dirty = std::mem::replace(&mut self.dirty, false);
+        if let (Some(log), true) = (old, was_dirty) {
+            self.older.push(OlderWal {
+                number: old_number,
+                log,
+            });
+        }
+        self.older.retain(|w| w.number >= flushed_below);
+    }
+}
+
+/// Writes and syncs the first record of a WAL: an empty batch at the last
+/// sequence number logged before it, so that replay can tell an earlier
+/// WAL a crash cut short (see `open::replay_wal`). Synced, so that a crash
+/// cannot take it while keeping later WALs: it is what tells replay where
+/// this WAL began even when a crash cut every earlier one.
+fn write_header(log: &mut LogWriter, last_logged_seq: u64) -> Result<()> {
+    log.add_record(WriteBatch::new().encode_with_seq(last_logged_seq))?;
+    log.sync()
 }
 
 struct Pending {
@@ -148,20 +222,21 @@ impl Inner {
                 }
                 return Err(e);
             }
+            self.stats
+                .wal_file_bytes
+                .fetch_add(log.len() - file_len, Ordering::Relaxed);
+            self.stats.wal_bytes.fetch_add(len, Ordering::Relaxed);
+            wal.dirty = true;
+            wal.last_logged_seq = seq + count - 1;
             if sync {
                 // After a failed sync the page cache may have dropped the
                 // data: no later write may be acknowledged.
-                if let Err(e) = log.sync() {
+                let flushed_below = self.wals_flushed_below.load(Ordering::Acquire);
+                if let Err(e) = wal.sync(flushed_below) {
                     let mut st = self.state.lock();
                     self.poison(&mut st, &e);
                     return Err(e);
                 }
-            }
-            self.stats.wal_bytes.fetch_add(len, Ordering::Relaxed);
-            self.stats
-                .wal_file_bytes
-                .fetch_add(log.len() - file_len, Ordering::Relaxed);
-            if sync {
                 self.stats.wal_syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -228,28 +303,31 @@ impl Inner {
         }
     }
 
-    /// Freezes the memtable and starts a new WAL. The old WAL is synced
-    /// first, so that no later synced write can survive a crash that loses
-    /// earlier writes.
+    /// Freezes the memtable and starts a new WAL. The old WAL is not synced
+    /// (a later sync syncs it first, if it is still needed); the new one's
+    /// header says where the old one ended, so that replay stops at an old
+    /// WAL a crash cut short.
     fn switch_memtable(self: &Arc<Self>, st: &mut super::State, wal: &mut WalWriter) -> Result<()> {
         let number = st.versions.writable().expect("writable").new_file_number();
         let wal_path = path(&self.dir, &wal_name(number));
-        let file = self.fs.create(&wal_path)?;
-        if let Err(e) = self.fs.sync_dir(&self.dir) {
-            drop(file);
+        let mut log = LogWriter::new(self.fs.create(&wal_path)?, 0);
+        let started = self
+            .fs
+            .sync_dir(&self.dir)
+            .and_then(|()| write_header(&mut log, wal.last_logged_seq));
+        if let Err(e) = started {
+            drop(log);
             let _ = self.fs.remove(&wal_path);
             return Err(e);
         }
-        if let Err(e) = wal.sync() {
-            // A failed sync is never recoverable, whatever its cause.
-            self.poison(st, &e);
-            return Err(e);
-        }
+        self.stats
+            .wal_file_bytes
+            .fetch_add(log.len(), Ordering::Relaxed);
+        let flushed_below = self.wals_flushed_below.load(Ordering::Acquire);
+        wal.start_next(number, log, flushed_below);
         let mem = Arc::new(MemTable::new(number));
         st.imms
             .push_back(std::mem::replace(&mut st.mem, mem.clone()));
-        wal.log = Some(LogWriter::new(file, 0));
-        wal.number = number;
         wal.mem = mem;
         self.install_super_version(st);
         self.maybe_schedule(st);
@@ -315,7 +393,8 @@ impl Inner {
             }
             // Outside the state lock: the WAL lock comes first.
             next_sync = sync_interval.map(|i| Instant::now() + i);
-            let r = self.wal.lock().sync();
+            let flushed_below = self.wals_flushed_below.load(Ordering::Acquire);
+            let r = self.wal.lock().sync(flushed_below);
             if let Err(e) = r {
                 let mut st = self.state.lock();
                 self.poison(&mut st, &e);
