@@ -71,8 +71,7 @@ pub fn replay_wal(bytes: &[u8]) -> Result<Vec<KeyVersion>> {
     crate::db::open::replay_wal(&fs, dir, 1, &mem, &mut last_seq, &mut at, &mut info)?;
     Ok(mem
         .newest_versions()
-        .into_iter()
-        .map(|(k, v)| (k.to_vec(), v.seq, v.value.map(|b| b.to_vec())))
+        .map(|v| (v.key.to_vec(), v.seq, v.value.map(<[u8]>::to_vec)))
         .collect())
 }
 

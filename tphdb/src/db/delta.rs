@@ -61,11 +61,10 @@ pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
 
 pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
     mem.newest_versions()
-        .into_iter()
-        .map(|(key, v)| DeltaEntry {
-            h: key_hash(&key),
-            key,
-            value: v.value,
+        .map(|v| DeltaEntry {
+            h: key_hash(v.key),
+            key: Bytes::copy_from_slice(v.key),
+            value: v.value.map(Bytes::copy_from_slice),
             seq: v.seq,
         })
         .collect()

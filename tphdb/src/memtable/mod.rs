@@ -1,0 +1,298 @@
+//! The memtable: recent writes, all versions, in an arena skiplist.
+
+mod skiplist;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::cursor::{Cursor, ValueRef};
+use crate::error::Result;
+use skiplist::{Entry, Position, SkipList};
+
+/// A version found in a memtable: `value` is `None` for a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Version {
+    pub(crate) seq: u64,
+    pub(crate) value: Option<Bytes>,
+}
+
+/// The newest version of a key in a memtable, borrowed from it.
+pub(crate) struct NewestVersion<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) seq: u64,
+    /// `None` for a delete.
+    pub(crate) value: Option<&'a [u8]>,
+}
+
+/// Writes not yet flushed. One writer at a time (the database inserts
+/// under its WAL lock; concurrent inserts take turns); readers never wait.
+#[derive(Debug)]
+pub(crate) struct MemTable {
+    list: SkipList,
+    /// The WAL file holding this memtable's writes (0 when there is none).
+    wal_number: u64,
+}
+
+impl MemTable {
+    pub(crate) fn new(wal_number: u64) -> MemTable {
+        MemTable {
+            list: SkipList::new(),
+            wal_number,
+        }
+    }
+
+    pub(crate) fn wal_number(&self) -> u64 {
+        self.wal_number
+    }
+
+    /// Bytes allocated for the entries: keys, values, links and headers.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.list.memory_bytes()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Inserts every operation of `batch`, the first with sequence number
+    /// `seq`; returns the user bytes (keys and values) it holds.
+    pub(crate) fn insert_batch(&self, seq: u64, batch: &crate::batch::WriteBatch) -> u64 {
+        let mut user_bytes = 0u64;
+        for (i, op) in batch.ops().enumerate() {
+            let (key, value) = match op {
+                crate::batch::BatchOp::Put(k, v) => (k, Some(v)),
+                crate::batch::BatchOp::Delete(k) => (k, None),
+            };
+            user_bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+            self.insert(key, seq + i as u64, value);
+        }
+        user_bytes
+    }
+
+    pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
+        self.list.insert(key, seq, value);
+    }
+
+    /// The newest version of `key` with a sequence number `<= snapshot`.
+    pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Version> {
+        let e = self.list.seek(key, snapshot)?;
+        (e.key() == key).then(|| Version {
+            seq: e.seq(),
+            value: e.value().map(Bytes::copy_from_slice),
+        })
+    }
+
+    /// The newest version of every key, in key order: what a flush writes.
+    pub(crate) fn newest_versions(&self) -> impl Iterator<Item = NewestVersion<'_>> {
+        let mut e = self.list.first();
+        std::iter::from_fn(move || {
+            let x = e?;
+            e = x.next();
+            while let Some(older) = e.filter(|o| o.key() == x.key()) {
+                e = older.next();
+            }
+            Some(NewestVersion {
+                key: x.key(),
+                seq: x.seq(),
+                value: x.value(),
+            })
+        })
+    }
+}
+
+/// A cursor over the newest version of each key visible at a snapshot.
+pub(crate) struct MemCursor {
+    mem: Arc<MemTable>,
+    snapshot: u64,
+    current: Option<Position>,
+}
+
+impl MemCursor {
+    pub(crate) fn new(mem: Arc<MemTable>, snapshot: u64) -> Self {
+        MemCursor {
+            mem,
+            snapshot,
+            current: None,
+        }
+    }
+
+    fn current(&self) -> Entry<'_> {
+        let pos = self.current.expect("valid cursor");
+        // SAFETY: positions are only taken from entries of `self.mem`'s
+        // list, which the cursor keeps alive.
+        unsafe { self.mem.list.entry_at(pos) }
+    }
+
+    /// Settles on the first visible version at or after entry `e`.
+    fn settle_forward<'a>(&mut self, list: &'a SkipList, mut e: Option<Entry<'a>>) {
+        loop {
+            match e {
+                None => break,
+                Some(x) if x.seq() <= self.snapshot => break,
+                // Only versions newer than the snapshot: skip to the
+                // snapshot's position in this key, or the next key.
+                Some(x) => {
+                    e = match list.seek(x.key(), self.snapshot) {
+                        Some(n) if n.key() == x.key() => Some(n),
+                        _ => list.seek_after(x.key()),
+                    };
+                }
+            }
+        }
+        self.current = e.map(|x| x.position());
+    }
+
+    /// Settles on the largest key `<= key` with a visible version.
+    fn settle_backward<'a>(&mut self, list: &'a SkipList, key: &'a [u8]) {
+        let mut visible = list.seek(key, self.snapshot).filter(|e| e.key() == key);
+        let mut below = key;
+        while visible.is_none() {
+            let Some(before) = list.last_below(below) else {
+                break;
+            };
+            below = before.key();
+            visible = list.seek(below, self.snapshot).filter(|e| e.key() == below);
+        }
+        self.current = visible.map(|x| x.position());
+    }
+}
+
+impl Cursor for MemCursor {
+    fn valid(&self) -> bool {
+        self.current.is_some()
+    }
+
+    fn key(&self) -> &[u8] {
+        self.current().key()
+    }
+
+    fn value_ref(&self) -> ValueRef {
+        match self.current().value() {
+            Some(v) => ValueRef::Inline(Bytes::copy_from_slice(v)),
+            None => ValueRef::Tombstone,
+        }
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.current().value().is_none()
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        let mem = self.mem.clone();
+        self.settle_forward(&mem.list, mem.list.first());
+        Ok(())
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        let mem = self.mem.clone();
+        match mem.list.last() {
+            Some(e) => self.settle_backward(&mem.list, e.key()),
+            None => self.current = None,
+        }
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        let mem = self.mem.clone();
+        self.settle_forward(&mem.list, mem.list.seek(target, self.snapshot));
+        Ok(())
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        let mem = self.mem.clone();
+        self.settle_backward(&mem.list, target);
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<()> {
+        if let Some(pos) = self.current {
+            let mem = self.mem.clone();
+            // SAFETY: `pos` came from `self.mem`'s list.
+            let key = unsafe { mem.list.entry_at(pos) }.key();
+            self.settle_forward(&mem.list, mem.list.seek_after(key));
+        }
+        Ok(())
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        if let Some(pos) = self.current {
+            let mem = self.mem.clone();
+            // SAFETY: `pos` came from `self.mem`'s list.
+            let key = unsafe { mem.list.entry_at(pos) }.key();
+            match mem.list.last_below(key) {
+                Some(e) => self.settle_backward(&mem.list, e.key()),
+                None => self.current = None,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_visible_version_wins() {
+        let m = MemTable::new(1);
+        m.insert(b"a", 1, Some(b"1"));
+        m.insert(b"a", 3, Some(b"3"));
+        m.insert(b"a", 5, None);
+        m.insert(b"b", 2, Some(b"b"));
+        assert_eq!(m.get(b"a", 0), None);
+        assert_eq!(m.get(b"a", 2).unwrap().value.as_deref(), Some(&b"1"[..]));
+        assert_eq!(m.get(b"a", 4).unwrap().value.as_deref(), Some(&b"3"[..]));
+        assert_eq!(m.get(b"a", 9).unwrap().value, None);
+        assert_eq!(m.get(b"c", 9), None);
+        let newest: Vec<_> = m.newest_versions().map(|v| (v.key, v.seq)).collect();
+        assert_eq!(newest, vec![(&b"a"[..], 5), (&b"b"[..], 2)]);
+        assert!(m.memory_bytes() > 0);
+    }
+
+    #[test]
+    fn cursor_sees_only_the_snapshot() {
+        let m = Arc::new(MemTable::new(1));
+        m.insert(b"a", 1, Some(b"a1"));
+        m.insert(b"b", 5, Some(b"b5"));
+        m.insert(b"c", 2, Some(b"c2"));
+        m.insert(b"c", 6, None);
+        m.insert(b"d", 7, Some(b"d7"));
+        let collect = |snap: u64, backwards: bool| {
+            let mut c = MemCursor::new(m.clone(), snap);
+            let mut out = Vec::new();
+            if backwards {
+                c.seek_to_last().unwrap();
+            } else {
+                c.seek_to_first().unwrap();
+            }
+            while c.valid() {
+                let v = c.value_ref().load(c.key()).unwrap();
+                out.push((c.key().to_vec(), v.map(|v| v.to_vec())));
+                if backwards {
+                    c.prev().unwrap();
+                } else {
+                    c.next().unwrap();
+                }
+            }
+            out
+        };
+        let at4 = vec![
+            (b"a".to_vec(), Some(b"a1".to_vec())),
+            (b"c".to_vec(), Some(b"c2".to_vec())),
+        ];
+        assert_eq!(collect(4, false), at4);
+        assert_eq!(
+            collect(4, true),
+            at4.iter().rev().cloned().collect::<Vec<_>>()
+        );
+        let at9 = collect(9, false);
+        assert_eq!(at9.len(), 4);
+        assert_eq!(at9[2], (b"c".to_vec(), None));
+        let mut c = MemCursor::new(m.clone(), 4);
+        c.seek(b"b").unwrap();
+        assert_eq!(c.key(), b"c");
+        c.seek_for_prev(b"bz").unwrap();
+        assert_eq!(c.key(), b"a");
+    }
+}

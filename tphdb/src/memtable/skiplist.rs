@@ -1,0 +1,530 @@
+//! The memtable's skiplist: entries packed into an arena, one writer at a
+//! time, any number of lock-free readers (the design of LevelDB's and
+//! RocksDB's memtable skiplists).
+//!
+//! An entry is a single allocation in the arena:
+//!
+//! ```text
+//! next[height-1] .. next[1] | next[0] seq key_len value_len | key | value
+//!                             ^ a node pointer points here
+//! ```
+//!
+//! so an entry costs its key and value plus 24 bytes, 8 per level above the
+//! first (a third of a level on average) and padding to 8 bytes. Nodes are
+//! never moved or freed before the list is dropped, which is what lets
+//! readers follow pointers without locks: a node is fully written before the
+//! release store that links it in, and readers load links with acquire.
+
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::cmp::Ordering;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{
+    AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
+
+use parking_lot::Mutex;
+
+/// Tallest node. With a branching factor of 4, twelve levels keep searches
+/// logarithmic up to 4^12 = 16M entries, far more than a memtable holds.
+pub(crate) const MAX_HEIGHT: usize = 12;
+const BRANCHING: u32 = 4;
+
+/// Arena blocks are allocated this large; entries over a quarter of it get a
+/// block of their own so that a big value wastes no block tail.
+const BLOCK_BYTES: usize = 1 << 20;
+const ALIGN: usize = 8;
+
+/// `value_len` of a delete.
+const TOMBSTONE: u32 = u32::MAX;
+
+/// Bytes of a node from `next[0]` to the key.
+const HEADER_BYTES: usize = 8 + 8 + 4 + 4;
+const LINK_BYTES: usize = std::mem::size_of::<AtomicPtr<u8>>();
+
+/// Bump allocation in blocks that live as long as the list.
+struct Arena {
+    blocks: Vec<(NonNull<u8>, Layout)>,
+    cursor: *mut u8,
+    remaining: usize,
+}
+
+impl Arena {
+    /// `bytes` (a multiple of [`ALIGN`]) of 8-aligned memory, and what it
+    /// cost: the bytes themselves, plus the tail of a block left behind.
+    fn alloc(&mut self, bytes: usize) -> (*mut u8, usize) {
+        debug_assert_eq!(bytes % ALIGN, 0);
+        if bytes > BLOCK_BYTES / 4 {
+            return (self.new_block(bytes), bytes);
+        }
+        let mut cost = bytes;
+        if self.remaining < bytes {
+            cost += self.remaining;
+            self.cursor = self.new_block(BLOCK_BYTES);
+            self.remaining = BLOCK_BYTES;
+        }
+        let p = self.cursor;
+        // SAFETY: `bytes <= remaining`, so this stays inside the block.
+        self.cursor = unsafe { p.add(bytes) };
+        self.remaining -= bytes;
+        (p, cost)
+    }
+
+    fn new_block(&mut self, bytes: usize) -> *mut u8 {
+        let layout = Layout::from_size_align(bytes, ALIGN).expect("block layout");
+        // SAFETY: `bytes` is nonzero (an entry has at least a header).
+        let p = unsafe { alloc(layout) };
+        let Some(p) = NonNull::new(p) else {
+            handle_alloc_error(layout)
+        };
+        self.blocks.push((p, layout));
+        p.as_ptr()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        for &(p, layout) in &self.blocks {
+            // SAFETY: allocated in `new_block` with this layout, freed once.
+            unsafe { dealloc(p.as_ptr(), layout) };
+        }
+    }
+}
+
+/// What only the one writer touches.
+struct Writer {
+    arena: Arena,
+    rng: fastrand::Rng,
+}
+
+/// A sorted multiset of (key ascending, seq descending) entries, so that the
+/// newest version of a key comes first.
+pub(crate) struct SkipList {
+    /// A node of full height with no key: the list's first links.
+    head: *mut u8,
+    height: AtomicUsize,
+    len: AtomicUsize,
+    /// Arena bytes handed out, block tails left behind included.
+    memory: AtomicUsize,
+    writer: Mutex<Writer>,
+}
+
+// SAFETY: the raw pointers point into the arena the list owns; nodes are
+// immutable once linked, links are atomics, and the arena is only touched
+// under the writer lock. So the list may move between and be shared by
+// threads like any `Sync` collection.
+unsafe impl Send for SkipList {}
+// SAFETY: see `Send`.
+unsafe impl Sync for SkipList {}
+
+impl std::fmt::Debug for SkipList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkipList")
+            .field("len", &self.len())
+            .field("memory_bytes", &self.memory_bytes())
+            .finish()
+    }
+}
+
+/// Where a node sits in a list, kept by cursors between calls: see
+/// [`SkipList::entry_at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position(NonNull<u8>);
+
+// SAFETY: a position is an address; reading through it is guarded by
+// `entry_at`'s contract.
+unsafe impl Send for Position {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Position {}
+
+/// An entry of a list, borrowed from it.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry<'a> {
+    node: NonNull<u8>,
+    _list: std::marker::PhantomData<&'a SkipList>,
+}
+
+impl<'a> Entry<'a> {
+    fn new(node: *mut u8) -> Option<Entry<'a>> {
+        NonNull::new(node).map(|node| Entry {
+            node,
+            _list: std::marker::PhantomData,
+        })
+    }
+
+    fn field<T: Copy>(&self, offset: usize) -> T {
+        // SAFETY: header fields are written before the node is linked and
+        // never change; offsets are within the header.
+        unsafe { ptr::read_unaligned(self.node.as_ptr().add(offset) as *const T) }
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        self.field(LINK_BYTES)
+    }
+
+    fn key_len(&self) -> usize {
+        self.field::<u32>(LINK_BYTES + 8) as usize
+    }
+
+    fn value_len(&self) -> u32 {
+        self.field(LINK_BYTES + 12)
+    }
+
+    pub(crate) fn key(&self) -> &'a [u8] {
+        // SAFETY: the key was copied in after the header before the node
+        // was linked; it lives as long as the list ('a).
+        unsafe { std::slice::from_raw_parts(self.node.as_ptr().add(HEADER_BYTES), self.key_len()) }
+    }
+
+    /// The value, `None` for a delete.
+    pub(crate) fn value(&self) -> Option<&'a [u8]> {
+        let len = self.value_len();
+        (len != TOMBSTONE).then(|| {
+            // SAFETY: as for the key; the value follows it.
+            unsafe {
+                std::slice::from_raw_parts(
+                    self.node.as_ptr().add(HEADER_BYTES + self.key_len()),
+                    len as usize,
+                )
+            }
+        })
+    }
+
+    pub(crate) fn next(&self) -> Option<Entry<'a>> {
+        // SAFETY: a linked node has at least level 0.
+        Entry::new(unsafe { link(self.node.as_ptr(), 0) }.load(Acquire))
+    }
+
+    pub(crate) fn position(&self) -> Position {
+        Position(self.node)
+    }
+
+    /// Order of this entry against (key, seq).
+    fn cmp_to(&self, key: &[u8], seq: u64) -> Ordering {
+        self.key().cmp(key).then(seq.cmp(&self.seq()))
+    }
+}
+
+/// The link of `node` at `level`.
+///
+/// # Safety
+/// `node` is a node of a live list (or its head) taller than `level`.
+unsafe fn link<'a>(node: *mut u8, level: usize) -> &'a AtomicPtr<u8> {
+    // SAFETY: levels above 0 sit below `next[0]` in the same allocation.
+    unsafe { &*(node.sub(level * LINK_BYTES) as *const AtomicPtr<u8>) }
+}
+
+impl SkipList {
+    pub(crate) fn new() -> SkipList {
+        let mut arena = Arena {
+            blocks: Vec::new(),
+            cursor: ptr::null_mut(),
+            remaining: 0,
+        };
+        let (head, cost) = new_node(&mut arena, MAX_HEIGHT, b"", 0, None);
+        SkipList {
+            head,
+            height: AtomicUsize::new(1),
+            len: AtomicUsize::new(0),
+            memory: AtomicUsize::new(cost),
+            writer: Mutex::new(Writer {
+                arena,
+                rng: fastrand::Rng::with_seed(0x5eed),
+            }),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Acquire)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Arena bytes in use: what the entries really cost.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.memory.load(Relaxed)
+    }
+
+    /// Adds an entry (`value` `None` for a delete). Writers take turns;
+    /// readers are never blocked.
+    pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
+        let mut w = self.writer.lock();
+        let height = random_height(&mut w.rng);
+        let mut prev = [self.head; MAX_HEIGHT];
+        let top = self.height.load(Relaxed);
+        let mut x = self.head;
+        for level in (0..top).rev() {
+            x = self.last_before(x, level, key, seq);
+            prev[level] = x;
+        }
+        let (node, cost) = new_node(&mut w.arena, height, key, seq, value);
+        if height > top {
+            // Readers that see the old height start lower: still correct.
+            self.height.store(height, Relaxed);
+        }
+        for (level, p) in prev.iter().enumerate().take(height) {
+            // SAFETY: `p` is the head or a linked node taller than `level`
+            // (it was reached at `level`); `node` has `height` levels.
+            unsafe {
+                let next = link(*p, level).load(Relaxed);
+                link(node, level).store(next, Relaxed);
+                link(*p, level).store(node, Release);
+            }
+        }
+        self.memory.fetch_add(cost, Relaxed);
+        self.len.fetch_add(1, Release);
+    }
+
+    /// From `x` (ordered before (key, seq)), the last node at `level`
+    /// ordered before (key, seq).
+    fn last_before(&self, mut x: *mut u8, level: usize, key: &[u8], seq: u64) -> *mut u8 {
+        loop {
+            // SAFETY: `x` is the head or a node reached at `level`.
+            let next = unsafe { link(x, level) }.load(Acquire);
+            match Entry::new(next) {
+                Some(e) if e.cmp_to(key, seq) == Ordering::Less => x = next,
+                _ => return x,
+            }
+        }
+    }
+
+    /// The last node ordered before (key, seq), or the head.
+    fn find_less(&self, key: &[u8], seq: u64) -> *mut u8 {
+        let mut x = self.head;
+        for level in (0..self.height.load(Relaxed)).rev() {
+            x = self.last_before(x, level, key, seq);
+        }
+        x
+    }
+
+    /// The first entry at or after (key, seq).
+    pub(crate) fn seek(&self, key: &[u8], seq: u64) -> Option<Entry<'_>> {
+        // SAFETY: `find_less` returns the head or a linked node.
+        Entry::new(unsafe { link(self.find_less(key, seq), 0) }.load(Acquire))
+    }
+
+    /// The first entry whose key is above `key`.
+    pub(crate) fn seek_after(&self, key: &[u8]) -> Option<Entry<'_>> {
+        // (key, 0) is the last position `key` can have.
+        let mut e = self.seek(key, 0);
+        while let Some(x) = e.filter(|x| x.key() == key) {
+            e = x.next();
+        }
+        e
+    }
+
+    /// The last entry whose key is below `key`.
+    pub(crate) fn last_below(&self, key: &[u8]) -> Option<Entry<'_>> {
+        self.entry_unless_head(self.find_less(key, u64::MAX))
+    }
+
+    /// The last entry.
+    pub(crate) fn last(&self) -> Option<Entry<'_>> {
+        let mut x = self.head;
+        for level in (0..self.height.load(Relaxed)).rev() {
+            loop {
+                // SAFETY: `x` is the head or a node reached at `level`.
+                let next = unsafe { link(x, level) }.load(Acquire);
+                if next.is_null() {
+                    break;
+                }
+                x = next;
+            }
+        }
+        self.entry_unless_head(x)
+    }
+
+    /// The first entry.
+    pub(crate) fn first(&self) -> Option<Entry<'_>> {
+        // SAFETY: the head has every level.
+        Entry::new(unsafe { link(self.head, 0) }.load(Acquire))
+    }
+
+    fn entry_unless_head(&self, x: *mut u8) -> Option<Entry<'_>> {
+        if x == self.head {
+            None
+        } else {
+            Entry::new(x)
+        }
+    }
+
+    /// The entry at a position taken from an entry of this list.
+    ///
+    /// # Safety
+    /// `pos` came from [`Entry::position`] on an entry of `self`.
+    pub(crate) unsafe fn entry_at(&self, pos: Position) -> Entry<'_> {
+        Entry {
+            node: pos.0,
+            _list: std::marker::PhantomData,
+        }
+    }
+}
+
+/// A height with P(h) = (1/4)^(h-1) * 3/4, capped at [`MAX_HEIGHT`].
+fn random_height(rng: &mut fastrand::Rng) -> usize {
+    let mut height = 1;
+    while height < MAX_HEIGHT && rng.u32(..BRANCHING) == 0 {
+        height += 1;
+    }
+    height
+}
+
+/// Allocates and fills a node with null links; returns it and its cost.
+fn new_node(
+    arena: &mut Arena,
+    height: usize,
+    key: &[u8],
+    seq: u64,
+    value: Option<&[u8]>,
+) -> (*mut u8, usize) {
+    let key_len = u32::try_from(key.len()).expect("keys are limited to 1 MiB");
+    let value_len = match value {
+        Some(v) => {
+            let len = u32::try_from(v.len()).expect("values are limited to 1 GiB");
+            assert!(len != TOMBSTONE);
+            len
+        }
+        None => TOMBSTONE,
+    };
+    let links = (height - 1) * LINK_BYTES;
+    let bytes = links + HEADER_BYTES + key.len() + value.map_or(0, <[u8]>::len);
+    let (p, cost) = arena.alloc(bytes.next_multiple_of(ALIGN));
+    // SAFETY: `p` has `bytes` writable bytes, 8-aligned; `links` is a
+    // multiple of 8, so every link is aligned.
+    unsafe {
+        let node = p.add(links);
+        for level in 0..height {
+            (node.sub(level * LINK_BYTES) as *mut AtomicPtr<u8>)
+                .write(AtomicPtr::new(ptr::null_mut()));
+        }
+        let mut q = node.add(LINK_BYTES);
+        ptr::write_unaligned(q as *mut u64, seq);
+        q = q.add(8);
+        ptr::write_unaligned(q as *mut u32, key_len);
+        q = q.add(4);
+        ptr::write_unaligned(q as *mut u32, value_len);
+        q = q.add(4);
+        ptr::copy_nonoverlapping(key.as_ptr(), q, key.len());
+        if let Some(v) = value {
+            ptr::copy_nonoverlapping(v.as_ptr(), q.add(key.len()), v.len());
+        }
+        (node, cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    fn collect(list: &SkipList) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut e = list.first();
+        while let Some(x) = e {
+            out.push((x.key().to_vec(), x.seq(), x.value().map(<[u8]>::to_vec)));
+            e = x.next();
+        }
+        out
+    }
+
+    #[test]
+    fn orders_by_key_then_newest_first() {
+        let list = SkipList::new();
+        assert!(list.first().is_none() && list.last().is_none());
+        list.insert(b"b", 1, Some(b"b1"));
+        list.insert(b"a", 2, None);
+        list.insert(b"b", 3, Some(b""));
+        list.insert(b"", 4, Some(b"empty key"));
+        assert_eq!(
+            collect(&list),
+            vec![
+                (b"".to_vec(), 4, Some(b"empty key".to_vec())),
+                (b"a".to_vec(), 2, None),
+                (b"b".to_vec(), 3, Some(vec![])),
+                (b"b".to_vec(), 1, Some(b"b1".to_vec())),
+            ]
+        );
+        assert_eq!(list.seek(b"b", 2).map(|e| e.seq()), Some(1));
+        assert_eq!(list.seek(b"b", 9).map(|e| e.seq()), Some(3));
+        assert!(list.seek(b"b", 0).is_none());
+        assert_eq!(list.seek_after(b"a").map(|e| e.key()), Some(&b"b"[..]));
+        assert!(list.seek_after(b"b").is_none());
+        assert_eq!(list.last_below(b"b").map(|e| e.key()), Some(&b"a"[..]));
+        assert!(list.last_below(b"").is_none());
+        assert_eq!(list.last().map(|e| e.seq()), Some(1));
+        assert_eq!(list.len(), 4);
+    }
+
+    #[test]
+    fn matches_a_sorted_model_and_charges_what_it_allocates() {
+        let list = SkipList::new();
+        let mut model = BTreeMap::new();
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut user = 0;
+        let n = if cfg!(miri) { 400 } else { 20_000 };
+        for seq in 1..n {
+            let key = rng.u32(..5000).to_be_bytes().to_vec();
+            // Now and then a value big enough for a block of its own.
+            let value_len = if rng.u32(..500) == 0 {
+                300_000
+            } else {
+                rng.usize(..200)
+            };
+            let value = (rng.u32(..10) != 0).then(|| vec![seq as u8; value_len]);
+            user += key.len() + value.as_ref().map_or(0, Vec::len);
+            list.insert(&key, seq, value.as_deref());
+            model.insert((key, std::cmp::Reverse(seq)), value);
+        }
+        let want: Vec<_> = model.into_iter().map(|((k, s), v)| (k, s.0, v)).collect();
+        assert_eq!(collect(&list), want);
+        // Every entry costs its bytes plus at most 24 + links + padding, and
+        // the block tails left behind are small.
+        let overhead = list.memory_bytes() - user;
+        assert!(overhead < want.len() * 48, "{overhead} bytes over {user}");
+        assert!(overhead > want.len() * 24, "{overhead} bytes over {user}");
+    }
+
+    #[test]
+    fn readers_see_a_consistent_list_while_a_writer_inserts() {
+        const N: u64 = if cfg!(miri) { 300 } else { 50_000 };
+        let list = Arc::new(SkipList::new());
+        let writer = {
+            let list = list.clone();
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let key = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40).to_be_bytes();
+                    list.insert(&key, i + 1, Some(&key));
+                }
+            })
+        };
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let list = list.clone();
+                std::thread::spawn(move || {
+                    while list.len() < N as usize {
+                        let mut prev: Option<(Vec<u8>, u64)> = None;
+                        let mut e = list.first();
+                        while let Some(x) = e {
+                            assert_eq!(x.value(), Some(x.key()));
+                            if let Some((k, s)) = &prev {
+                                assert!(
+                                    (&k[..], std::cmp::Reverse(*s))
+                                        < (x.key(), std::cmp::Reverse(x.seq()))
+                                );
+                            }
+                            prev = Some((x.key().to_vec(), x.seq()));
+                            e = x.next();
+                        }
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert_eq!(collect(&list).len(), N as usize);
+    }
+}
