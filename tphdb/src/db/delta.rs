@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use super::jobs::{discard, Change};
 use super::Inner;
 use crate::error::Result;
-use crate::hash::{key_hash, partition_of};
+use crate::hash::partition_of;
 use crate::memtable::MemTable;
 use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph};
 use crate::version::Version;
@@ -59,14 +59,12 @@ pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
     out
 }
 
+/// The newest version of each key of a frozen memtable (it is frozen here if
+/// it was not), sharing its memory.
 pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
+    let arena = mem.freeze();
     mem.newest_versions()
-        .map(|v| DeltaEntry {
-            h: key_hash(v.key),
-            key: Bytes::copy_from_slice(v.key),
-            value: v.value.map(Bytes::copy_from_slice),
-            seq: v.seq,
-        })
+        .map(|v| DeltaEntry::new(arena.share(v.key), v.value.map(|x| arena.share(x)), v.seq))
         .collect()
 }
 
@@ -187,12 +185,11 @@ mod tests {
     use super::*;
 
     fn entry(key: &str, seq: u64) -> DeltaEntry {
-        DeltaEntry {
-            key: Bytes::copy_from_slice(key.as_bytes()),
-            value: Some(Bytes::from(seq.to_string())),
+        DeltaEntry::new(
+            Bytes::copy_from_slice(key.as_bytes()),
+            Some(Bytes::from(seq.to_string())),
             seq,
-            h: key_hash(key.as_bytes()),
-        }
+        )
     }
 
     #[test]

@@ -2,12 +2,13 @@
 
 mod skiplist;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
 use crate::cursor::{Cursor, ValueRef};
 use crate::error::Result;
+pub(crate) use skiplist::FrozenArena;
 use skiplist::{Entry, Position, SkipList};
 
 /// A version found in a memtable: `value` is `None` for a delete.
@@ -32,6 +33,13 @@ pub(crate) struct MemTable {
     list: SkipList,
     /// The WAL file holding this memtable's writes (0 when there is none).
     wal_number: u64,
+    frozen: OnceLock<FrozenArena>,
+}
+
+impl std::fmt::Debug for FrozenArena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrozenArena")
+    }
 }
 
 impl MemTable {
@@ -39,6 +47,7 @@ impl MemTable {
         MemTable {
             list: SkipList::new(),
             wal_number,
+            frozen: OnceLock::new(),
         }
     }
 
@@ -81,6 +90,12 @@ impl MemTable {
             seq: e.seq(),
             value: e.value().map(Bytes::copy_from_slice),
         })
+    }
+
+    /// Ends insertion (a later insert panics) and shares the memtable's
+    /// memory, so that a flush holds its keys and values without copies.
+    pub(crate) fn freeze(&self) -> &FrozenArena {
+        self.frozen.get_or_init(|| self.list.freeze())
     }
 
     /// The newest version of every key, in key order: what a flush writes.

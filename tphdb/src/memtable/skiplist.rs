@@ -21,7 +21,9 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{
     AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
+use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 /// Tallest node. With a branching factor of 4, twelve levels keep searches
@@ -41,9 +43,44 @@ const TOMBSTONE: u32 = u32::MAX;
 const HEADER_BYTES: usize = 8 + 8 + 4 + 4;
 const LINK_BYTES: usize = std::mem::size_of::<AtomicPtr<u8>>();
 
+/// A block of arena memory, freed when the list and every [`Bytes`] taken
+/// from a frozen list are gone.
+struct Block {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: a block is plain memory; who may write it is the arena's rule.
+unsafe impl Send for Block {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Block {}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Arena::new_block` with this layout; dropped
+        // once, when the last `Arc` goes.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// The written prefix of a block, as the owner of a [`Bytes`].
+struct WrittenBlock {
+    block: Arc<Block>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for WrittenBlock {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes were all written (padding included)
+        // and, the list being frozen, are never written again.
+        unsafe { std::slice::from_raw_parts(self.block.ptr.as_ptr(), self.len) }
+    }
+}
+
 /// Bump allocation in blocks that live as long as the list.
 struct Arena {
-    blocks: Vec<(NonNull<u8>, Layout)>,
+    /// Each block and how much of it is written.
+    blocks: Vec<(Arc<Block>, usize)>,
     cursor: *mut u8,
     remaining: usize,
 }
@@ -54,7 +91,12 @@ impl Arena {
     fn alloc(&mut self, bytes: usize) -> (*mut u8, usize) {
         debug_assert_eq!(bytes % ALIGN, 0);
         if bytes > BLOCK_BYTES / 4 {
-            return (self.new_block(bytes), bytes);
+            let p = self.new_block(bytes);
+            // Its own block, put before the current one, which stays last.
+            let own = self.blocks.pop().expect("just pushed");
+            let at = self.blocks.len().saturating_sub(1);
+            self.blocks.insert(at, (own.0, bytes));
+            return (p, bytes);
         }
         let mut cost = bytes;
         if self.remaining < bytes {
@@ -66,6 +108,7 @@ impl Arena {
         // SAFETY: `bytes <= remaining`, so this stays inside the block.
         self.cursor = unsafe { p.add(bytes) };
         self.remaining -= bytes;
+        self.blocks.last_mut().expect("a current block").1 += bytes;
         (p, cost)
     }
 
@@ -76,17 +119,8 @@ impl Arena {
         let Some(p) = NonNull::new(p) else {
             handle_alloc_error(layout)
         };
-        self.blocks.push((p, layout));
+        self.blocks.push((Arc::new(Block { ptr: p, layout }), 0));
         p.as_ptr()
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        for &(p, layout) in &self.blocks {
-            // SAFETY: allocated in `new_block` with this layout, freed once.
-            unsafe { dealloc(p.as_ptr(), layout) };
-        }
     }
 }
 
@@ -94,6 +128,32 @@ impl Drop for Arena {
 struct Writer {
     arena: Arena,
     rng: fastrand::Rng,
+    /// Set by [`SkipList::freeze`]: no entry may be added any more.
+    frozen: bool,
+}
+
+/// The arena of a frozen list as [`Bytes`], so that its keys and values can
+/// be handed out without copying.
+pub(crate) struct FrozenArena {
+    /// Each block's written bytes, by address.
+    blocks: Vec<Bytes>,
+}
+
+impl FrozenArena {
+    /// `s`, a key or value of the frozen list, as a [`Bytes`] sharing the
+    /// arena.
+    ///
+    /// # Panics
+    /// If `s` is not in the arena.
+    pub(crate) fn share(&self, s: &[u8]) -> Bytes {
+        if s.is_empty() {
+            return Bytes::new();
+        }
+        let addr = s.as_ptr().addr();
+        let i = self.blocks.partition_point(|b| b.as_ptr().addr() <= addr);
+        let block = &self.blocks[i.checked_sub(1).expect("a slice of the arena")];
+        block.slice_ref(s)
+    }
 }
 
 /// A sorted multiset of (key ascending, seq descending) entries, so that the
@@ -229,6 +289,7 @@ impl SkipList {
             writer: Mutex::new(Writer {
                 arena,
                 rng: fastrand::Rng::with_seed(0x5eed),
+                frozen: false,
             }),
         }
     }
@@ -248,8 +309,12 @@ impl SkipList {
 
     /// Adds an entry (`value` `None` for a delete). Writers take turns;
     /// readers are never blocked.
+    ///
+    /// # Panics
+    /// If the list is frozen.
     pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
         let mut w = self.writer.lock();
+        assert!(!w.frozen, "insert into a frozen memtable");
         let height = random_height(&mut w.rng);
         let mut prev = [self.head; MAX_HEIGHT];
         let top = self.height.load(Relaxed);
@@ -349,6 +414,27 @@ impl SkipList {
         }
     }
 
+    /// Ends insertion for good and shares the arena: what a flush takes its
+    /// keys and values from.
+    pub(crate) fn freeze(&self) -> FrozenArena {
+        let mut w = self.writer.lock();
+        w.frozen = true;
+        let mut blocks: Vec<Bytes> = w
+            .arena
+            .blocks
+            .iter()
+            .filter(|(_, len)| *len > 0)
+            .map(|(block, len)| {
+                Bytes::from_owner(WrittenBlock {
+                    block: block.clone(),
+                    len: *len,
+                })
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|b| b.as_ptr().addr());
+        FrozenArena { blocks }
+    }
+
     /// The entry at a position taken from an entry of this list.
     ///
     /// # Safety
@@ -389,7 +475,8 @@ fn new_node(
     };
     let links = (height - 1) * LINK_BYTES;
     let bytes = links + HEADER_BYTES + key.len() + value.map_or(0, <[u8]>::len);
-    let (p, cost) = arena.alloc(bytes.next_multiple_of(ALIGN));
+    let padded = bytes.next_multiple_of(ALIGN);
+    let (p, cost) = arena.alloc(padded);
     // SAFETY: `p` has `bytes` writable bytes, 8-aligned; `links` is a
     // multiple of 8, so every link is aligned.
     unsafe {
@@ -409,6 +496,8 @@ fn new_node(
         if let Some(v) = value {
             ptr::copy_nonoverlapping(v.as_ptr(), q.add(key.len()), v.len());
         }
+        // A frozen arena is shared as initialized bytes.
+        ptr::write_bytes(p.add(bytes), 0, padded - bytes);
         (node, cost)
     }
 }
@@ -484,6 +573,38 @@ mod tests {
         let overhead = list.memory_bytes() - user;
         assert!(overhead < want.len() * 48, "{overhead} bytes over {user}");
         assert!(overhead > want.len() * 24, "{overhead} bytes over {user}");
+    }
+
+    #[test]
+    fn a_frozen_list_shares_keys_and_values_that_outlive_it() {
+        let list = SkipList::new();
+        let big = vec![9u8; BLOCK_BYTES / 2];
+        list.insert(b"k1", 1, Some(b"v1"));
+        list.insert(b"k2", 2, Some(&big));
+        list.insert(b"k3", 3, None);
+        list.insert(b"k4", 4, Some(b""));
+        let arena = list.freeze();
+        let mut shared = Vec::new();
+        let mut e = list.first();
+        while let Some(x) = e {
+            shared.push((arena.share(x.key()), x.value().map(|v| arena.share(v))));
+            e = x.next();
+        }
+        let inserted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            list.insert(b"k5", 5, None);
+        }));
+        assert!(inserted.is_err(), "a frozen list takes no insert");
+        drop(arena);
+        drop(list);
+        let want: Vec<(&[u8], Option<&[u8]>)> = vec![
+            (b"k1", Some(b"v1")),
+            (b"k2", Some(&big)),
+            (b"k3", None),
+            (b"k4", Some(b"")),
+        ];
+        let got: Vec<(&[u8], Option<&[u8]>)> =
+            shared.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

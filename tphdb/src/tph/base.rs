@@ -100,15 +100,14 @@ pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Loc, usize)> {
 pub(super) fn base_keys_in(
     base: &Tph,
     delta: &[DeltaEntry],
-    delta_h2: &[u64],
     stats: &mut MergeStats,
 ) -> Result<Vec<(Loc, usize)>> {
     let mut found = Vec::new();
     let mut candidates: Vec<(usize, u64, u64, Loc)> = Vec::new();
-    for (e, &h2) in delta.iter().zip(delta_h2) {
-        match route(base, e.h, h2) {
+    for e in delta {
+        match route(base, e.h, e.h2) {
             Some((loc @ Loc::Exception(_), piece)) => found.push((loc, piece)),
-            Some((loc @ Loc::Slot(_), piece)) => candidates.push((piece, e.h, h2, loc)),
+            Some((loc @ Loc::Slot(_), piece)) => candidates.push((piece, e.h, e.h2, loc)),
             None => {}
         }
     }
@@ -161,7 +160,7 @@ pub(super) struct LiveKeys<'a> {
     /// Base pieces that stay, by base index, and their live counts.
     pub(super) remaining: &'a [usize],
     pub(super) live_counts: &'a [u64],
-    pub(super) written: &'a [(DeltaEntry, u64)],
+    pub(super) written: &'a [DeltaEntry],
 }
 
 impl LiveKeys<'_> {
@@ -205,8 +204,8 @@ impl LiveKeys<'_> {
             }
         }
         let new_field = self.remaining.len() as u32 + 1;
-        for (e, h2) in self.written {
-            f(e.h, *h2, new_field);
+        for e in self.written {
+            f(e.h, e.h2, new_field);
         }
         Ok(())
     }

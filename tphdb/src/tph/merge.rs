@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use rayon::prelude::*;
 
 use super::base::{base_keys_in, held_hashes, route, LiveKeys, Superseded};
 use super::index::{bits_for, Exception, GlobalIndex, SlotTable};
@@ -34,9 +33,21 @@ pub(crate) struct DeltaEntry {
     pub(crate) seq: u64,
     /// `key_hash(key)`.
     pub(crate) h: u64,
+    /// `key_hash2(key)`: with `h`, the key's identity in a TPH.
+    pub(crate) h2: u64,
 }
 
 impl DeltaEntry {
+    pub(crate) fn new(key: Bytes, value: Option<Bytes>, seq: u64) -> DeltaEntry {
+        DeltaEntry {
+            h: key_hash(&key),
+            h2: key_hash2(&key),
+            key,
+            value,
+            seq,
+        }
+    }
+
     /// The entry as a piece writes it.
     pub(crate) fn entry_ref(&self) -> EntryRef<'_> {
         EntryRef {
@@ -144,8 +155,7 @@ pub(crate) fn merge(
     let base_pieces: &[Arc<PieceFile>] = base.map_or(&[], |b| &b.pieces);
 
     // Which base keys the delta replaces (MergeArray cases 2 and 3).
-    let delta_h2: Vec<u64> = delta.par_iter().map(|e| key_hash2(&e.key)).collect();
-    let (superseded, live_counts) = supersede(base, &delta, &delta_h2, &mut stats)?;
+    let (superseded, live_counts) = supersede(base, &delta, &mut stats)?;
 
     // Dead pieces go; victims are folded into the new piece.
     let dead: Vec<bool> = live_counts.iter().map(|&l| l == 0).collect();
@@ -177,19 +187,17 @@ pub(crate) fn merge(
         .filter(|&i| !dead[i] && !victim[i])
         .collect();
 
-    let entry_bytes = |w: &[(DeltaEntry, u64)]| -> u64 {
-        w.iter()
-            .map(|(e, _)| e.entry_ref().encoded_len() as u64)
-            .sum()
-    };
+    let entry_bytes =
+        |w: &[DeltaEntry]| -> u64 { w.iter().map(|e| e.entry_ref().encoded_len() as u64).sum() };
     let carried_bytes = entry_bytes(&carried);
-    let mut written: Vec<(DeltaEntry, u64)> =
-        delta.into_iter().zip(delta_h2).chain(carried).collect();
+    let mut written = delta;
+    written.reserve_exact(carried.len());
+    written.extend(carried);
     if ctx.bottom {
         let pieces: Vec<&Arc<PieceFile>> = remaining.iter().map(|&i| &base_pieces[i]).collect();
         drop_bottom_tombstones(&mut written, &pieces, &mut stats)?;
     }
-    written.sort_unstable_by(|a, b| a.0.key.cmp(&b.0.key));
+    written.sort_unstable_by(|a, b| a.key.cmp(&b.key));
 
     let obsolete = obsolete_files(base, &dead, &victim, &remaining);
     let live = LiveKeys {
@@ -248,7 +256,6 @@ pub(crate) fn merge(
 fn supersede(
     base: Option<&Tph>,
     delta: &[DeltaEntry],
-    delta_h2: &[u64],
     stats: &mut MergeStats,
 ) -> Result<(Superseded, Vec<u64>)> {
     let mut superseded = Superseded::new(base);
@@ -256,7 +263,7 @@ fn supersede(
         return Ok((superseded, Vec::new()));
     };
     let mut live_counts = b.live_counts.clone();
-    for (loc, piece) in base_keys_in(b, delta, delta_h2, stats)? {
+    for (loc, piece) in base_keys_in(b, delta, stats)? {
         superseded.mark(loc);
         live_counts[piece] = live_counts[piece].checked_sub(1).ok_or_else(|| {
             Error::corruption(
@@ -277,7 +284,7 @@ fn carry_victims(
     victim: &[bool],
     superseded: &Superseded,
     stats: &mut MergeStats,
-) -> Result<Vec<(DeltaEntry, u64)>> {
+) -> Result<Vec<DeltaEntry>> {
     let mut carried = Vec::new();
     for (i, p) in base.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {
         stats.fold_bytes_read += p.properties().data_bytes;
@@ -289,13 +296,13 @@ fn carry_victims(
             let still_live = route(base, h, h2)
                 .is_some_and(|(loc, piece)| piece == i && !superseded.contains(loc));
             if still_live {
-                let entry = DeltaEntry {
+                carried.push(DeltaEntry {
                     key: e.key,
                     value: e.value,
                     seq: e.seq,
                     h,
-                };
-                carried.push((entry, h2));
+                    h2,
+                });
             }
         }
     }
@@ -305,14 +312,14 @@ fn carry_victims(
 /// At the bottom a tombstone goes once no remaining piece holds its hash:
 /// nothing older lies below for it to hide.
 fn drop_bottom_tombstones(
-    written: &mut Vec<(DeltaEntry, u64)>,
+    written: &mut Vec<DeltaEntry>,
     remaining: &[&Arc<PieceFile>],
     stats: &mut MergeStats,
 ) -> Result<()> {
     let mut tombstones: Vec<u64> = written
         .iter()
-        .filter(|(e, _)| e.value.is_none())
-        .map(|(e, _)| e.h)
+        .filter(|e| e.value.is_none())
+        .map(|e| e.h)
         .collect();
     if tombstones.is_empty() {
         return Ok(());
@@ -322,7 +329,7 @@ fn drop_bottom_tombstones(
     let held = held_hashes(remaining, &tombstones, stats)?;
     let is_held = |h: u64| tombstones.binary_search(&h).is_ok_and(|i| held[i]);
     let before = written.len();
-    written.retain(|(e, _)| e.value.is_some() || is_held(e.h));
+    written.retain(|e| e.value.is_some() || is_held(e.h));
     stats.tombstones_dropped = (before - written.len()) as u64;
     Ok(())
 }
@@ -384,11 +391,11 @@ fn new_meta(
 fn write_head(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
-    written: &[(DeltaEntry, u64)],
+    written: &[DeltaEntry],
     sections: [(u32, Vec<u8>); 4],
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let entries: Vec<EntryRef<'_>> = written.iter().map(|(e, _)| e.entry_ref()).collect();
-    let hashes: Vec<u64> = written.iter().map(|(e, _)| e.h).collect();
+    let entries: Vec<EntryRef<'_>> = written.iter().map(DeltaEntry::entry_ref).collect();
+    let hashes: Vec<u64> = written.iter().map(|e| e.h).collect();
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     let write_result = write_piece_with_sections(

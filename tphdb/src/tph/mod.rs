@@ -32,7 +32,7 @@ use self::index::GlobalIndex;
 use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenFiles, ReadMode};
-use crate::hash::key_hash;
+use crate::hash::{key_hash, key_hash2};
 use crate::phf::Phf;
 use crate::piece::{BlockCache, Entry, PieceReader, ReadCount};
 
@@ -390,6 +390,7 @@ impl Tph {
                         value: e.value.as_deref().map(Bytes::copy_from_slice),
                         seq: e.seq,
                         h,
+                        h2: key_hash2(&e.key),
                     });
                 }
             }

@@ -67,12 +67,7 @@ impl Harness {
             .iter()
             .map(|(k, v)| {
                 self.seq += 1;
-                DeltaEntry {
-                    key: Bytes::from(k.clone()),
-                    value: v.clone().map(Bytes::from),
-                    seq: self.seq,
-                    h: key_hash(k),
-                }
+                DeltaEntry::new(Bytes::from(k.clone()), v.clone().map(Bytes::from), self.seq)
             })
             .collect();
         let ctx = MergeContext {
