@@ -95,9 +95,11 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
 }
 
 /// Regression: a flush copied its memtable's keys and values out (two
-/// allocations per entry) and listed every entry twice more: 392 bytes per
-/// 148-byte entry on top of the memtable's 179. It now shares the frozen
-/// memtable's arena and lists each entry once (272 measured).
+/// allocations per entry), listed every entry three times, held 16 MiB of
+/// encoded blocks and built its key sections whole: 392 bytes per 148-byte
+/// entry on top of the memtable's 179. It now shares the frozen memtable's
+/// arena, lists each entry once, holds about 1 MiB of blocks per thread and
+/// streams its key sections to the file (164 measured).
 #[test]
 fn a_flush_holds_little_beyond_its_memtable() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,6 +119,6 @@ fn a_flush_holds_little_beyond_its_memtable() {
     let peak = peak_during(|| db.flush().unwrap());
     let per_entry = peak as f64 / entries as f64;
     eprintln!("peak {peak} bytes during the flush ({per_entry:.1} per entry), memtable {memtable}");
-    assert!(per_entry < 300.0, "{per_entry:.1} bytes per entry held");
+    assert!(per_entry < 200.0, "{per_entry:.1} bytes per entry held");
     assert_eq!(db.stats().levels[0].live_entries, entries);
 }

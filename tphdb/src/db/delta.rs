@@ -63,9 +63,13 @@ pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
 /// it was not), sharing its memory.
 pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
     let arena = mem.freeze();
-    mem.newest_versions()
-        .map(|v| DeltaEntry::new(arena.share(v.key), v.value.map(|x| arena.share(x)), v.seq))
-        .collect()
+    // Sized once: at most one entry per version, and no doubling on the way.
+    let mut delta = Vec::with_capacity(mem.len());
+    delta.extend(
+        mem.newest_versions()
+            .map(|v| DeltaEntry::new(arena.share(v.key), v.value.map(|x| arena.share(x)), v.seq)),
+    );
+    delta
 }
 
 /// Splits a sorted delta by partition of a level with `partitions` TPHs,

@@ -64,6 +64,11 @@ impl MemTable {
         self.list.is_empty()
     }
 
+    /// Entries, every version counted.
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// Inserts every operation of `batch`, the first with sequence number
     /// `seq`; returns the user bytes (keys and values) it holds.
     pub(crate) fn insert_batch(&self, seq: u64, batch: &crate::batch::WriteBatch) -> u64 {

@@ -35,6 +35,18 @@ pub struct Entry {
     pub seq: u64,
 }
 
+/// What a piece is written from: anything that shows as an entry, so that
+/// callers need not build a list of [`EntryRef`] beside their own.
+pub(crate) trait AsEntry: Sync {
+    fn as_entry(&self) -> EntryRef<'_>;
+}
+
+impl AsEntry for EntryRef<'_> {
+    fn as_entry(&self) -> EntryRef<'_> {
+        *self
+    }
+}
+
 impl EntryRef<'_> {
     /// Bytes of the encoded entry.
     pub(crate) fn encoded_len(&self) -> usize {

@@ -20,7 +20,7 @@ mod writer;
 
 pub use block_index::MAX_SEGMENT_BYTES;
 pub use cache::BlockCache;
-pub(crate) use entry::check_limits;
+pub(crate) use entry::{check_limits, AsEntry};
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use format::{Compression, PieceProperties};
 pub(crate) use reader::ReadCount;

@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, EntryRef};
+use super::entry::{AsEntry, Entry};
 use super::format::PieceProperties;
 use super::reader::PieceReader;
+use super::writer::Sink;
 use super::writer::SAMPLE_INTERVAL;
 use crate::error::{Error, Result};
 use crate::util::checksum_matches;
@@ -24,25 +25,27 @@ use crate::util::codec::{u32_at, u64_at, Decoder, PutExt};
 
 const FLAG_TOMBSTONE: u8 = 1;
 
-/// Encodes the key chunks and the chunk index of `entries` listed in
-/// `key_order`, where `slot_of[i]` is the slot of entry `i`.
-pub(crate) fn encode_key_index(
-    entries: &[EntryRef<'_>],
+/// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
+/// chunk index of `entries` listed in `key_order`, where `slot_of[i]` is the
+/// slot of entry `i`.
+pub(crate) fn encode_key_index<E: AsEntry>(
+    entries: &[E],
     key_order: &[u32],
     slot_of: &[u32],
-    chunks: &mut Vec<u8>,
+    chunks_sink: Sink<'_>,
     index: &mut Vec<u8>,
 ) -> Result<()> {
     let count = key_order.len().div_ceil(SAMPLE_INTERVAL);
     let mut offsets = Vec::with_capacity(count + 1);
     let mut first_keys: Vec<&[u8]> = Vec::with_capacity(count);
+    let (mut chunks, mut written) = (Vec::new(), 0u64);
     for chunk in key_order.chunks(SAMPLE_INTERVAL) {
-        let start = chunks.len();
-        offsets.push(start as u64);
-        first_keys.push(entries[chunk[0] as usize].key);
+        chunks.clear();
+        offsets.push(written);
+        first_keys.push(entries[chunk[0] as usize].as_entry().key);
         let mut prev: &[u8] = &[];
         for &i in chunk {
-            let e = &entries[i as usize];
+            let e = entries[i as usize].as_entry();
             let shared = prev.iter().zip(e.key).take_while(|(a, b)| a == b).count();
             chunks.push(if e.value.is_none() { FLAG_TOMBSTONE } else { 0 });
             chunks.put_varint(shared as u64);
@@ -51,10 +54,12 @@ pub(crate) fn encode_key_index(
             chunks.put_u32(slot_of[i as usize]);
             prev = e.key;
         }
-        let crc = crc32c::crc32c(&chunks[start..]);
+        let crc = crc32c::crc32c(&chunks);
         chunks.put_u32(crc);
+        chunks_sink(&chunks)?;
+        written += chunks.len() as u64;
     }
-    offsets.push(chunks.len() as u64);
+    offsets.push(written);
     index.put_u32(count as u32);
     for &o in &offsets {
         index.put_u64(o);

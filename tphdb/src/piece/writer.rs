@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use super::block::{encode_block, pad_block, MAX_PADDING};
 use super::block_index::{BlockIndex, MAX_SEGMENT_BYTES};
-use super::entry::EntryRef;
+use super::entry::{AsEntry, EntryRef};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
 use super::sorted::encode_key_index;
 use crate::error::{Error, Result};
@@ -23,9 +23,11 @@ pub(crate) const FIRST_EXTRA_SECTION: u32 = 16;
 /// One key in this many is kept as a sample for seeks (paper §3.3).
 pub const SAMPLE_INTERVAL: usize = 64;
 const NONE: u32 = u32::MAX;
-/// Blocks encoded by one task, and tasks run in parallel before a write.
+/// Blocks encoded by one task; each thread of the pool gets this many tasks
+/// before their blocks are written, which bounds the encoded blocks held
+/// (about 1 MiB per thread at 4 KiB blocks) and keeps every thread busy.
 const BLOCKS_PER_BATCH: usize = 64;
-const BATCHES_PER_WINDOW: usize = 64;
+const BATCHES_PER_THREAD: usize = 4;
 
 /// How a piece is written.
 #[derive(Clone, Debug)]
@@ -87,10 +89,10 @@ pub fn write_piece_hashed(
 /// [`write_piece_hashed`] plus caller-defined sections (ids of
 /// [`FIRST_EXTRA_SECTION`] and up) stored and checksummed like the others;
 /// a TPH's head piece carries its global index this way.
-pub(crate) fn write_piece_with_sections(
+pub(crate) fn write_piece_with_sections<E: AsEntry>(
     fs: &dyn FileSystem,
     path: &Path,
-    entries: &[EntryRef<'_>],
+    entries: &[E],
     hashes: &[u64],
     options: &PieceOptions,
     extra_sections: &[(u32, &[u8])],
@@ -100,7 +102,7 @@ pub(crate) fn write_piece_with_sections(
     let phf = Phf::build(options.phf_kind, hashes, &options.phf)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
-    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
+    let encoded_bytes: usize = entries.par_iter().map(|e| e.as_entry().encoded_len()).sum();
     let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
     let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
     let mut file = fs.create(path)?;
@@ -130,20 +132,14 @@ pub(crate) fn write_piece_with_sections(
         SectionId::Overflow as u32,
         &slots.encode_overflow(hashes),
     )?;
-    sections.add(
-        file,
-        SectionId::Hashes as u32,
-        &encode_hashes(entries, hashes),
-    )?;
-    let (mut chunks, mut chunk_index) = (Vec::new(), Vec::new());
-    encode_key_index(
-        entries,
-        &key_order,
-        &slots.slot_of(entries.len()),
-        &mut chunks,
-        &mut chunk_index,
-    )?;
-    sections.add(file, SectionId::KeyChunks as u32, &chunks)?;
+    sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
+        write_hashes(entries, hashes, sink)
+    })?;
+    let slot_of = slots.slot_of(entries.len());
+    let mut chunk_index = Vec::new();
+    sections.add_streamed(file, SectionId::KeyChunks as u32, &mut |sink| {
+        encode_key_index(entries, &key_order, &slot_of, sink, &mut chunk_index)
+    })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
     for &(id, bytes) in extra_sections {
         sections.add(file, id, bytes)?;
@@ -154,8 +150,8 @@ pub(crate) fn write_piece_with_sections(
 }
 
 /// Refuses inputs a piece cannot hold, before anything is written.
-fn check_inputs(
-    entries: &[EntryRef<'_>],
+fn check_inputs<E: AsEntry>(
+    entries: &[E],
     hashes: &[u64],
     options: &PieceOptions,
     extra_sections: &[(u32, &[u8])],
@@ -186,7 +182,7 @@ fn check_inputs(
             entries.len()
         )));
     }
-    entries.par_iter().try_for_each(|e| e.validate())
+    entries.par_iter().try_for_each(|e| e.as_entry().validate())
 }
 
 /// Which entry each slot holds. Keys that share a 64-bit hash share a slot,
@@ -255,8 +251,8 @@ impl SlotLayout {
 }
 
 /// The properties section's numbers.
-fn properties(
-    entries: &[EntryRef<'_>],
+fn properties<E: AsEntry>(
+    entries: &[E],
     phf: &Phf,
     slots: &SlotLayout,
     k: usize,
@@ -275,11 +271,12 @@ fn properties(
         max_block_bytes: max_block_bytes as u64,
         compression: options.compression,
         key_hash_seed: KEY_HASH_SEED,
-        min_seq: entries.iter().map(|e| e.seq).min().unwrap_or(0),
-        max_seq: entries.iter().map(|e| e.seq).max().unwrap_or(0),
+        min_seq: entries.iter().map(|e| e.as_entry().seq).min().unwrap_or(0),
+        max_seq: entries.iter().map(|e| e.as_entry().seq).max().unwrap_or(0),
         ..PieceProperties::default()
     };
     for e in entries {
+        let e = e.as_entry();
         props.tombstone_count += e.value.is_none() as u64;
         props.key_bytes += e.key.len() as u64;
         props.value_bytes += e.value.map_or(0, |v| v.len() as u64);
@@ -288,21 +285,31 @@ fn properties(
 }
 
 /// The key-hash section: both hashes of every entry, sorted, so that
-/// membership is a binary search.
-fn encode_hashes(entries: &[EntryRef<'_>], hashes: &[u64]) -> Vec<u8> {
+/// membership is a binary search. Handed to `sink` a buffer at a time.
+fn write_hashes<E: AsEntry>(entries: &[E], hashes: &[u64], sink: Sink<'_>) -> Result<()> {
     let mut pairs: Vec<(u64, u64)> = entries
         .par_iter()
         .zip(hashes)
-        .map(|(e, &h)| (h, key_hash2(e.key)))
+        .map(|(e, &h)| (h, key_hash2(e.as_entry().key)))
         .collect();
     pairs.par_sort_unstable();
-    let mut buf = Vec::with_capacity(pairs.len() * 16);
-    for (h, h2) in pairs {
-        buf.put_u64(h);
-        buf.put_u64(h2);
+    let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
+    for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
+        buf.clear();
+        for &(h, h2) in pairs {
+            buf.put_u64(h);
+            buf.put_u64(h2);
+        }
+        sink(&buf)?;
     }
-    buf
+    Ok(())
 }
+
+/// Where a section streamed to the file goes, a piece at a time.
+pub(crate) type Sink<'a> = &'a mut dyn FnMut(&[u8]) -> Result<()>;
+
+/// Sections streamed to the file are handed over in pieces about this big.
+const SINK_BUFFER_BYTES: usize = 64 << 10;
 
 /// The sections written so far, for the directory.
 #[derive(Default)]
@@ -318,6 +325,29 @@ impl Sections {
             crc: crc32c::crc32c(bytes),
         });
         file.append(bytes)
+    }
+
+    /// Appends section `id` as `write` hands it over, in pieces, and notes
+    /// where it is: a big section need not be held in memory whole.
+    fn add_streamed(
+        &mut self,
+        file: &mut dyn WritableFile,
+        id: u32,
+        write: &mut dyn FnMut(Sink<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let offset = file.len();
+        let mut crc = 0;
+        write(&mut |bytes| {
+            crc = crc32c::crc32c_append(crc, bytes);
+            file.append(bytes)
+        })?;
+        self.0.push(Section {
+            id,
+            offset,
+            len: file.len() - offset,
+            crc,
+        });
+        Ok(())
     }
 
     /// Appends the directory and the footer.
@@ -339,9 +369,9 @@ impl Sections {
 /// it carries the padding, so that reading any block touches as few pages
 /// as possible. Returns each block's start plus the end of the last one, and
 /// the largest decompressed block.
-fn write_blocks(
+fn write_blocks<E: AsEntry>(
     file: &mut dyn WritableFile,
-    entries: &[EntryRef<'_>],
+    entries: &[E],
     by_slot: &[u32],
     k: usize,
     options: &PieceOptions,
@@ -353,7 +383,7 @@ fn write_blocks(
     let mut max_block_bytes = 0;
     let mut at = file.len();
     let mut pending: Option<Vec<u8>> = None;
-    let window = BLOCKS_PER_BATCH * BATCHES_PER_WINDOW;
+    let window = BLOCKS_PER_BATCH * BATCHES_PER_THREAD * rayon::current_num_threads();
     for first in (0..block_count).step_by(window) {
         let last = (first + window).min(block_count);
         let batches: Vec<Result<(Vec<Vec<u8>>, usize)>> = (first..last)
@@ -401,8 +431,8 @@ fn write_blocks(
 /// Encodes `blocks`, each into its own buffer. Entries are visited in slot
 /// order, which is random in memory: their cache lines are prefetched one
 /// block ahead.
-fn encode_batch(
-    entries: &[EntryRef<'_>],
+fn encode_batch<E: AsEntry>(
+    entries: &[E],
     by_slot: &[u32],
     k: usize,
     blocks: std::ops::Range<usize>,
@@ -411,7 +441,7 @@ fn encode_batch(
     let slots_of = |b: usize| {
         by_slot[b * k..((b + 1) * k).min(by_slot.len())]
             .iter()
-            .map(|&i| (i != NONE).then(|| entries[i as usize]))
+            .map(|&i| (i != NONE).then(|| entries[i as usize].as_entry()))
             .collect::<Vec<_>>()
     };
     let mut out = Vec::with_capacity(blocks.len());
@@ -441,20 +471,28 @@ fn encode_batch(
 }
 
 /// Entry indices in key order; rejects repeated keys.
-fn sorted_order(entries: &[EntryRef<'_>]) -> Result<Vec<u32>> {
+fn sorted_order<E: AsEntry>(entries: &[E]) -> Result<Vec<u32>> {
     let mut order: Vec<u32> = (0..entries.len() as u32).collect();
     // Flushes and compactions hand over sorted, distinct keys: one pass.
-    if entries.windows(2).all(|w| w[0].key < w[1].key) {
+    if entries
+        .windows(2)
+        .all(|w| w[0].as_entry().key < w[1].as_entry().key)
+    {
         return Ok(order);
     }
-    order.par_sort_unstable_by(|&a, &b| entries[a as usize].key.cmp(entries[b as usize].key));
+    order.par_sort_unstable_by(|&a, &b| {
+        entries[a as usize]
+            .as_entry()
+            .key
+            .cmp(entries[b as usize].as_entry().key)
+    });
     if let Some(w) = order
         .windows(2)
-        .find(|w| entries[w[0] as usize].key == entries[w[1] as usize].key)
+        .find(|w| entries[w[0] as usize].as_entry().key == entries[w[1] as usize].as_entry().key)
     {
         return Err(Error::InvalidArgument(format!(
             "key {:?} appears twice in one piece",
-            String::from_utf8_lossy(entries[w[0] as usize].key)
+            String::from_utf8_lossy(entries[w[0] as usize].as_entry().key)
         )));
     }
     Ok(order)

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
 use crate::phf::Phf;
-use crate::piece::{write_piece_with_sections, EntryRef, PieceOptions};
+use crate::piece::{write_piece_with_sections, AsEntry, EntryRef, PieceOptions};
 
 /// An entry moving into a TPH.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +35,12 @@ pub(crate) struct DeltaEntry {
     pub(crate) h: u64,
     /// `key_hash2(key)`: with `h`, the key's identity in a TPH.
     pub(crate) h2: u64,
+}
+
+impl AsEntry for DeltaEntry {
+    fn as_entry(&self) -> EntryRef<'_> {
+        self.entry_ref()
+    }
 }
 
 impl DeltaEntry {
@@ -394,14 +400,13 @@ fn write_head(
     written: &[DeltaEntry],
     sections: [(u32, Vec<u8>); 4],
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let entries: Vec<EntryRef<'_>> = written.iter().map(DeltaEntry::entry_ref).collect();
     let hashes: Vec<u64> = written.iter().map(|e| e.h).collect();
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     let write_result = write_piece_with_sections(
         ctx.fs.as_ref(),
         &path,
-        &entries,
+        written,
         &hashes,
         ctx.piece_options,
         &extra,
