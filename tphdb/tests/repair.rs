@@ -17,7 +17,9 @@ const DIR: &str = "/db";
 fn options(fs: &FaultFs) -> Options {
     Options {
         file_system: Some(Arc::new(fs.clone())),
-        write_buffer_bytes: 3 << 10,
+        // About 25 entries a memtable (an arena entry of these costs ~50
+        // bytes), so that the four rounds leave pieces at several levels.
+        write_buffer_bytes: 1280,
         tph_target_bytes: 3 << 10,
         fanout: 2,
         l0_compaction_trigger: 2,

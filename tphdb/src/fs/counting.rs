@@ -163,6 +163,10 @@ impl RandomAccessFile for CountingFile {
         self.inner.read_at(offset, len)
     }
 
+    fn done_with(&self, offset: u64, len: usize) {
+        self.inner.done_with(offset, len)
+    }
+
     fn len(&self) -> u64 {
         self.inner.len()
     }

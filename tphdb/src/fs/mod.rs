@@ -93,6 +93,14 @@ pub trait RandomAccessFile: Send + Sync + Debug {
     /// Reads exactly `len` bytes at `offset`. Reading past the end is an
     /// error. The result may share memory with the file's mapping.
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes>;
+    /// A hint that `len` bytes at `offset` were read once, front to back,
+    /// and are not needed again soon: a mapped file lets go of their pages
+    /// (they stay in the page cache, and a later read faults them back in),
+    /// so that a compaction reading whole files through the mapping does
+    /// not hold them all in the process. Bytes already returned stay valid.
+    fn done_with(&self, offset: u64, len: usize) {
+        let _ = (offset, len);
+    }
     /// Size of the file in bytes.
     fn len(&self) -> u64;
     /// True for an empty file.

@@ -196,6 +196,16 @@ fn check_range(offset: u64, len: usize, file_len: u64) -> Result<()> {
     }
 }
 
+/// The system's page size.
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    })
+}
+
 #[derive(Debug)]
 struct MmapFile {
     path: PathBuf,
@@ -206,6 +216,25 @@ impl RandomAccessFile for MmapFile {
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
         check_range(offset, len, self.bytes.len() as u64).map_err(|e| e.at(self.path.display()))?;
         Ok(self.bytes.slice(offset as usize..offset as usize + len))
+    }
+
+    fn done_with(&self, offset: u64, len: usize) {
+        let page = page_size();
+        let start = (offset as usize).next_multiple_of(page);
+        let end = (offset as usize + len).min(self.bytes.len()) / page * page;
+        if start < end {
+            // SAFETY: the range lies within this file's mapping (its start is
+            // page-aligned, and so are `start` and `end`). The mapping is a
+            // read-only shared one: dropping its pages loses nothing, and any
+            // later access reads them from the file again.
+            unsafe {
+                libc::madvise(
+                    self.bytes.as_ptr().add(start) as *mut libc::c_void,
+                    end - start,
+                    libc::MADV_DONTNEED,
+                );
+            }
+        }
     }
 
     fn len(&self) -> u64 {
@@ -409,5 +438,61 @@ impl Drop for PosixWritable {
         if !self.failed {
             let _ = self.flush_buf();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resident bytes of the mapping that holds `addr`, from smaps.
+    fn mapping_rss(addr: usize) -> usize {
+        let smaps = fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut in_mapping = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((lo, hi)) = range.split_once('-') {
+                    if let (Ok(lo), Ok(hi)) =
+                        (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                    {
+                        in_mapping = (lo..hi).contains(&addr);
+                        continue;
+                    }
+                }
+            }
+            if in_mapping {
+                if let Some(kb) = line.strip_prefix("Rss:") {
+                    return kb
+                        .trim()
+                        .trim_end_matches(" kB")
+                        .trim()
+                        .parse::<usize>()
+                        .unwrap()
+                        << 10;
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// Regression: a compaction reading whole pieces through their mappings
+    /// kept every page it read resident in the process (600 of 1,150 MB of
+    /// peak RSS in a 4M x 1 KiB fill); `done_with` lets go of them.
+    #[test]
+    fn a_mapped_range_read_once_leaves_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        fs::write(&path, &data).unwrap();
+        let file = PosixFs.open_read(&path, ReadMode::Mmap).unwrap();
+        let all = file.read_at(0, data.len()).unwrap();
+        assert!(all[..] == data[..]);
+        let addr = all.as_ptr() as usize;
+        assert!(mapping_rss(addr) >= 7 << 20, "read pages are resident");
+        file.done_with(0, data.len());
+        assert!(mapping_rss(addr) < 1 << 20, "pages dropped");
+        // What was returned, and later reads, still see the file.
+        assert!(all[..] == data[..]);
+        assert!(file.read_at(12345, 100).unwrap()[..] == data[12345..12445]);
     }
 }

@@ -392,6 +392,7 @@ impl PieceReader {
                 prev = pair;
                 f(pair.0, pair.1);
             }
+            self.file.done_with(section.offset + at, n);
             at += n as u64;
         }
         if !checksum_matches(section.crc, crc) {
@@ -463,6 +464,7 @@ impl PieceReader {
             pending: Vec::new(),
             block: None,
             slot: 0,
+            window: None,
         }
     }
 
@@ -573,6 +575,17 @@ pub struct PieceIter<'a> {
     pending: Vec<(u64, Bytes)>,
     block: Option<Block>,
     slot: usize,
+    /// The file range last read, let go of when the next is read: a scan
+    /// reads each block once.
+    window: Option<(u64, usize)>,
+}
+
+impl Drop for PieceIter<'_> {
+    fn drop(&mut self) {
+        if let Some((start, len)) = self.window.take() {
+            self.reader.file.done_with(start, len);
+        }
+    }
 }
 
 impl PieceIter<'_> {
@@ -580,12 +593,16 @@ impl PieceIter<'_> {
         let r = self.reader;
         let count = r.props.block_count;
         let first = self.next_block;
+        if let Some((start, len)) = self.window.take() {
+            r.file.done_with(start, len);
+        }
         let mut last = first + 1;
         while last < count && r.blocks.range(first, last + 1).1 <= SCAN_READ_BYTES {
             last += 1;
         }
         let (start, len) = r.blocks.range(first, last);
         let bytes = r.file.read_at(start, len).map_err(|e| e.at(&r.name))?;
+        self.window = Some((start, len));
         for b in (first..last).rev() {
             let (off, len) = r.blocks.block(b);
             let at = (off - start) as usize;

@@ -302,9 +302,12 @@ fn carry_victims(
             let still_live = route(base, h, h2)
                 .is_some_and(|(loc, piece)| piece == i && !superseded.contains(loc));
             if still_live {
+                // Copied: a slice would keep the whole read buffer alive
+                // (or, mapped, every page of the victim resident) for as
+                // long as the merge holds the entry.
                 carried.push(DeltaEntry {
-                    key: e.key,
-                    value: e.value,
+                    key: Bytes::copy_from_slice(&e.key),
+                    value: e.value.as_deref().map(Bytes::copy_from_slice),
                     seq: e.seq,
                     h,
                     h2,
