@@ -633,3 +633,39 @@ fn memtables_a_snapshot_holds_are_reported_until_it_goes() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Writes past `l0_slowdown_trigger` are paced at the delayed write rate
+/// (here 0.8 of the option, nothing having been measured yet) and go on;
+/// before, each write group slept a millisecond whatever its size.
+#[test]
+fn writes_past_the_slowdown_trigger_are_paced_at_the_delayed_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        l0_compaction_trigger: 100,
+        l0_slowdown_trigger: 2,
+        l0_stop_trigger: 100,
+        delayed_write_rate_bytes: 1 << 20,
+        ..small()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for round in 0..2u32 {
+        db.put(format!("r{round}"), b"v").unwrap();
+        db.flush().unwrap();
+    }
+    assert_eq!(db.stats().levels[0].tphs, 2);
+    let before = db.stats().stall_micros;
+    let value = vec![7u8; 4000];
+    let started = std::time::Instant::now();
+    for i in 0..64u32 {
+        db.put(i.to_be_bytes(), &value).unwrap();
+    }
+    let paced_micros = db.stats().stall_micros - before;
+    // 256 KB at 0.8 MiB/s: about 0.3 s (sleeps only overshoot), where a
+    // millisecond per write was 64 ms.
+    assert!(paced_micros >= 250_000, "{paced_micros} us paced");
+    assert!(started.elapsed().as_secs_f64() < 5.0);
+    assert_eq!(
+        db.get(63u32.to_be_bytes()).unwrap().as_deref(),
+        Some(&value[..])
+    );
+}

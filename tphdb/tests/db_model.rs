@@ -19,6 +19,10 @@ enum Mode {
     SingleTier,
     /// Leveled, reading with pread: iterators seek and load in parallel.
     ParallelReads,
+    /// Leveled with a level 0 that is paced from its second TPH on, at a
+    /// slow rate, and stops at its fourth: writes wait and go on while
+    /// compactions run.
+    Paced,
 }
 
 fn options(mode: Mode, fs: &MemFs) -> Options {
@@ -29,6 +33,9 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         fanout: 2,
         max_levels: 3,
         l0_compaction_trigger: 2,
+        l0_slowdown_trigger: if matches!(mode, Mode::Paced) { 2 } else { 12 },
+        l0_stop_trigger: if matches!(mode, Mode::Paced) { 4 } else { 20 },
+        delayed_write_rate_bytes: 256 << 10,
         max_pieces: 3,
         one_level: matches!(mode, Mode::OneLevel),
         single_tier: matches!(mode, Mode::SingleTier),
@@ -328,5 +335,10 @@ proptest! {
     #[test]
     fn single_tier_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
         run(Mode::SingleTier, ops);
+    }
+
+    #[test]
+    fn paced_writes_match_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::Paced, ops);
     }
 }

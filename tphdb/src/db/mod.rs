@@ -16,6 +16,7 @@ mod read;
 mod repair;
 mod stats;
 mod write;
+mod write_delay;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -194,6 +195,9 @@ pub(crate) struct Inner {
     /// them synced (the MANIFEST's log number).
     pub(crate) wals_flushed_below: AtomicU64,
     pub(crate) stats: Stats,
+    /// Pacing of writes while level 0 is past its slowdown trigger; taken
+    /// with the WAL lock held.
+    pub(crate) write_delay: Mutex<write_delay::WriteDelay>,
     pub(crate) pool: rayon::ThreadPool,
     /// Flushes run here, never queued behind a long compaction on `pool`:
     /// writers wait for flushes when frozen memtables pile up.

@@ -236,6 +236,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
         },
         piece_options: piece_options(&opts),
+        write_delay: Mutex::new(super::write_delay::WriteDelay::new(
+            opts.delayed_write_rate_bytes,
+        )),
         opts,
         piece_reads,
         read_only,

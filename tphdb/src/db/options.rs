@@ -61,11 +61,20 @@ pub struct Options {
     pub tph_target_bytes: u64,
     /// Level-0 TPHs that trigger a compaction into level 1 (4).
     pub l0_compaction_trigger: usize,
-    /// Level-0 TPHs at which each write group is delayed by a millisecond
-    /// (12).
+    /// Level-0 TPHs at which writes are paced (12): at a rate that falls
+    /// while level 0 grows (by 0.8 per TPH, and by 0.6 more one TPH short
+    /// of `l0_stop_trigger`) and rises while it shrinks, so that writes
+    /// slow smoothly rather than stop (RocksDB's rule). See
+    /// `delayed_write_rate_bytes`.
     pub l0_slowdown_trigger: usize,
     /// Level-0 TPHs at which writes wait for compaction (20).
     pub l0_stop_trigger: usize,
+    /// The most slowed writes may run at, in bytes per second of write
+    /// batches (64 MiB/s; at least 16 KiB/s). A slowdown starts at 0.8 of
+    /// the rate writes ran at over the last second, at most this. RocksDB's
+    /// `delayed_write_rate` is 16 MiB/s, the rate it drops to: a seventh of
+    /// what a 1 KiB fill writes here, a cliff rather than a slowdown.
+    pub delayed_write_rate_bytes: u64,
     /// When the WAL is synced (`Never`: only writes that ask, memtable
     /// switches and `close`).
     pub sync_policy: SyncPolicy,
@@ -146,6 +155,7 @@ impl Default for Options {
             l0_compaction_trigger: 4,
             l0_slowdown_trigger: 12,
             l0_stop_trigger: 20,
+            delayed_write_rate_bytes: 64 << 20,
             sync_policy: SyncPolicy::Never,
             read_mode: ReadMode::Mmap,
             block_cache_bytes: 8 << 20,
@@ -183,6 +193,7 @@ impl fmt::Debug for Options {
             .field("l0_compaction_trigger", &self.l0_compaction_trigger)
             .field("l0_slowdown_trigger", &self.l0_slowdown_trigger)
             .field("l0_stop_trigger", &self.l0_stop_trigger)
+            .field("delayed_write_rate_bytes", &self.delayed_write_rate_bytes)
             .field("sync_policy", &self.sync_policy)
             .field("read_mode", &self.read_mode)
             .field("block_cache_bytes", &self.block_cache_bytes)

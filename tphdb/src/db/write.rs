@@ -203,7 +203,7 @@ impl Inner {
         no_wal: bool,
     ) -> Result<()> {
         let mut wal = self.wal.lock();
-        self.make_room_for_write(&mut wal, false)?;
+        self.make_room_for_write(&mut wal, batch.size_in_bytes() as u64, false)?;
         let seq = wal.last_seq + 1;
         let count = batch.len() as u64;
         if !no_wal {
@@ -252,11 +252,13 @@ impl Inner {
     }
 
     /// Waits while flushes or level 0 fall too far behind (counting the
-    /// stall), and freezes the memtable when it is full (or, with `force`,
+    /// stall), paces a write of `bytes` while level 0 is past its slowdown
+    /// trigger, and freezes the memtable when it is full (or, with `force`,
     /// whenever it holds anything).
     pub(crate) fn make_room_for_write(
         self: &Arc<Self>,
         wal: &mut WalWriter,
+        bytes: u64,
         force: bool,
     ) -> Result<()> {
         let opts = &self.opts;
@@ -281,12 +283,22 @@ impl Inner {
                     .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
                 continue;
             }
-            if !slowed && !opts.one_level && l0 >= opts.l0_slowdown_trigger {
-                drop(st);
-                std::thread::sleep(Duration::from_millis(1));
-                self.stats.stall_micros.fetch_add(1000, Ordering::Relaxed);
+            if !slowed {
                 slowed = true;
-                continue;
+                let backlog = (!opts.one_level && l0 >= opts.l0_slowdown_trigger).then_some(l0);
+                let near_stop = l0 + 1 >= opts.l0_stop_trigger;
+                let wait = self
+                    .write_delay
+                    .lock()
+                    .delay(backlog, near_stop, bytes, Instant::now());
+                if !wait.is_zero() {
+                    drop(st);
+                    std::thread::sleep(wait);
+                    self.stats
+                        .stall_micros
+                        .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+                    continue;
+                }
             }
             let full = wal.mem.memory_bytes() >= opts.effective_write_buffer();
             let forced = force && !wal.mem.is_empty();
@@ -342,7 +354,7 @@ impl Inner {
         }
         let target = {
             let mut wal = self.wal.lock();
-            self.make_room_for_write(&mut wal, true)?;
+            self.make_room_for_write(&mut wal, 0, true)?;
             wal.number
         };
         let mut st = self.state.lock();
