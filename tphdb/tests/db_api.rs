@@ -669,3 +669,32 @@ fn writes_past_the_slowdown_trigger_are_paced_at_the_delayed_rate() {
         Some(&value[..])
     );
 }
+
+/// With `memory_budget_bytes`, the memtables stay within half of it
+/// however fast writes come (frozen ones included), and the block cache
+/// gets its quarter.
+#[test]
+fn memtables_stay_within_half_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 3 << 20;
+    let opts = Options {
+        memory_budget_bytes: Some(budget),
+        read_mode: tphdb::fs::ReadMode::Pread,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let value = vec![5u8; 1000];
+    let mut peak = 0;
+    for i in 0..8192u32 {
+        db.put(i.to_be_bytes(), &value).unwrap();
+        peak = peak.max(db.stats().memtable_bytes);
+    }
+    assert!(
+        peak <= (budget / 2) as u64 + 2048,
+        "{peak} bytes of memtables"
+    );
+    assert!(db.stats().flushes >= 10, "a 512 KiB write buffer");
+    db.get(7u32.to_be_bytes()).unwrap();
+    let cache = db.stats().block_cache_capacity;
+    assert_eq!(cache, (budget / 4) as u64);
+}

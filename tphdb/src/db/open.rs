@@ -132,6 +132,9 @@ pub(crate) fn replay_wal(
 /// MANIFEST and WAL, cleans up, and starts the background work.
 pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<Inner>> {
     opts.validate()?;
+    let mut budgeted = opts.clone();
+    budgeted.apply_memory_budget();
+    let opts = &budgeted;
     let started = Instant::now();
     let (fs, io) = counted_file_system(opts);
     if read_only {

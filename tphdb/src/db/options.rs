@@ -37,8 +37,15 @@ pub struct Options {
     /// Frozen memtables waiting for flush before writers stall (2; the
     /// paper: 4).
     pub max_immutable_memtables: usize,
-    /// One bound on memtable memory (none): when set, `write_buffer_bytes`
-    /// becomes `memory_budget_bytes / (1 + max_immutable_memtables)`.
+    /// One bound on the memory the database holds (none). When set it is
+    /// shared out, replacing `write_buffer_bytes`, `compaction_memory_bytes`
+    /// and `block_cache_bytes`: half for memtables (`1 +
+    /// max_immutable_memtables` write buffers, each at least 64 KiB), a
+    /// quarter for the running compactions and a quarter for the block
+    /// cache. Outside it, and reported apart in [`crate::DbStats`]: the
+    /// in-memory index (about 2 bytes a key), memtables an iterator or
+    /// snapshot still pins after their flush (`pinned_memtable_bytes`),
+    /// iterators' read-ahead (at most 256 KiB each) and the page cache.
     pub memory_budget_bytes: Option<usize>,
     /// One-level mode (§4.4.1, false): flushes merge straight into level 1;
     /// there is no level 0 and no deeper level.
@@ -215,11 +222,15 @@ impl fmt::Debug for Options {
 }
 
 impl Options {
-    /// `write_buffer_bytes` after applying `memory_budget_bytes`.
-    pub(crate) fn effective_write_buffer(&self) -> usize {
-        match self.memory_budget_bytes {
-            Some(b) => (b / (1 + self.max_immutable_memtables)).max(64 << 10),
-            None => self.write_buffer_bytes,
+    /// Shares `memory_budget_bytes`, if set, out to the options it
+    /// replaces; the database runs with the result.
+    pub(crate) fn apply_memory_budget(&mut self) {
+        if let Some(budget) = self.memory_budget_bytes {
+            let memtables = budget / 2;
+            self.write_buffer_bytes =
+                (memtables / (1 + self.max_immutable_memtables)).max(64 << 10);
+            self.compaction_memory_bytes = (budget / 4).max(1);
+            self.block_cache_bytes = budget / 4;
         }
     }
 
@@ -290,4 +301,29 @@ pub struct WriteOptions {
     /// Skip the WAL: the write is lost on a crash until its memtable is
     /// flushed.
     pub disable_wal: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_budget_is_shared_out_to_memtables_compactions_and_the_cache() {
+        let mut o = Options {
+            memory_budget_bytes: Some(96 << 20),
+            max_immutable_memtables: 2,
+            ..Options::default()
+        };
+        o.apply_memory_budget();
+        assert_eq!(o.write_buffer_bytes, 16 << 20);
+        assert_eq!(o.compaction_memory_bytes, 24 << 20);
+        assert_eq!(o.block_cache_bytes, 24 << 20);
+        let total = o.write_buffer_bytes * 3 + o.compaction_memory_bytes + o.block_cache_bytes;
+        assert!(total <= 96 << 20);
+        // Without a budget the options stand as given.
+        let mut o = Options::default();
+        o.apply_memory_budget();
+        assert_eq!(o.write_buffer_bytes, Options::default().write_buffer_bytes);
+        assert_eq!(o.block_cache_bytes, Options::default().block_cache_bytes);
+    }
 }

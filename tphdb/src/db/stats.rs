@@ -203,6 +203,9 @@ pub struct DBStats {
     pub block_cache_misses: u64,
     /// Bytes the block cache holds (0 without one).
     pub block_cache_bytes: u64,
+    /// The most bytes the block cache may hold (`block_cache_bytes` or its
+    /// share of `memory_budget_bytes`; 0 without a cache).
+    pub block_cache_capacity: u64,
     /// Bytes of the write batches logged to the WAL (its file bytes, with
     /// the framing, are `writes_by_cause.wal`).
     pub wal_bytes: u64,
@@ -313,6 +316,7 @@ impl Inner {
             .cache
             .as_ref()
             .map_or((0, 0, 0), |c| c.usage());
+        let block_cache_capacity = self.piece_reads.cache.as_ref().map_or(0, |c| c.capacity());
         let manifest = {
             let mut st = self.state.lock();
             st.versions.writable().map_or(0, |v| v.bytes_written())
@@ -351,6 +355,7 @@ impl Inner {
             block_cache_hits,
             block_cache_misses,
             block_cache_bytes,
+            block_cache_capacity,
             wal_bytes: s.wal_bytes.load(Relaxed),
             wal_syncs: s.wal_syncs.load(Relaxed),
             index_memory_bytes: global + local,
@@ -472,8 +477,11 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "block cache hits {}  misses {}  bytes {}",
-            self.block_cache_hits, self.block_cache_misses, self.block_cache_bytes
+            "block cache hits {}  misses {}  bytes {} of {}",
+            self.block_cache_hits,
+            self.block_cache_misses,
+            self.block_cache_bytes,
+            self.block_cache_capacity
         );
         let _ = writeln!(
             s,

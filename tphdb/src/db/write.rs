@@ -300,7 +300,7 @@ impl Inner {
                     continue;
                 }
             }
-            let full = wal.mem.memory_bytes() >= opts.effective_write_buffer();
+            let full = wal.mem.memory_bytes() >= opts.write_buffer_bytes;
             let forced = force && !wal.mem.is_empty();
             if !full && !forced {
                 return Ok(());

@@ -103,6 +103,11 @@ impl BlockCache {
             .insert((piece, SORTED_INDEX), Cached::SortedIndex(index));
     }
 
+    /// The most bytes it holds.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// `(hits, misses, bytes in use)`.
     pub fn usage(&self) -> (u64, u64, u64) {
         (

@@ -81,8 +81,8 @@ pub struct EngineConfig {
     pub data_bytes: u64,
     /// The process's memory budget in MiB. Engines whose defaults assume
     /// more are set up as a user running them in that budget would: tphdb
-    /// gives memtables a quarter of it (`memory_budget`) and compactions
-    /// an eighth; redb's cache gets a quarter (its default is 1 GiB).
+    /// gets half of it as `memory_budget_bytes` (memtables, compactions and
+    /// block cache); redb's cache gets a quarter (its default is 1 GiB).
     pub memory_mb: Option<u64>,
     /// tphdb settings the command line overrides (`None`: the default).
     pub tphdb: TphdbSettings,

@@ -22,9 +22,12 @@ impl Tphdb {
         let budget = cfg.memory_mb.map(|mb| (mb << 20) as usize);
         let opts = Options {
             write_buffer_bytes: t.write_buffer_mb.map_or(d.write_buffer_bytes, |m| m << 20),
+            // Half the process's budget for what tphdb holds (memtables,
+            // compactions, block cache), half for the index, the page cache
+            // and the rest of the process.
             memory_budget_bytes: budget
                 .filter(|_| t.write_buffer_mb.is_none())
-                .map(|b| b / 4),
+                .map(|b| b / 2),
             compaction_memory_bytes: budget.map_or(d.compaction_memory_bytes, |b| b / 8),
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
@@ -38,15 +41,13 @@ impl Tphdb {
             },
             ..d
         };
+        let db = DB::open(&opts, dir)?;
         let cache_bytes = if opts.read_mode == ReadMode::Mmap {
             0
         } else {
-            opts.block_cache_bytes as u64
+            db.stats().block_cache_capacity
         };
-        Ok(Tphdb {
-            db: DB::open(&opts, dir)?,
-            cache_bytes,
-        })
+        Ok(Tphdb { db, cache_bytes })
     }
 }
 
