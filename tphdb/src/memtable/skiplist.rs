@@ -15,7 +15,9 @@
 //! readers follow pointers without locks: a node is fully written before the
 //! release store that links it in, and readers load links with acquire.
 
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+#[cfg(miri)]
+use std::alloc::{alloc, dealloc};
+use std::alloc::{handle_alloc_error, Layout};
 use std::cmp::Ordering;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{
@@ -45,6 +47,12 @@ const LINK_BYTES: usize = std::mem::size_of::<AtomicPtr<u8>>();
 
 /// A block of arena memory, freed when the list and every [`Bytes`] taken
 /// from a frozen list are gone.
+///
+/// Blocks are mapped from the kernel, not taken from the allocator: glibc
+/// raises its mmap threshold to the size of a freed mapped chunk, after
+/// which every 1 MiB block came from its heaps and, freed, stayed resident.
+/// A 256 MiB `readwhilewriting` was killed for it; with the threshold held
+/// still it peaked at 176 MB.
 struct Block {
     ptr: NonNull<u8>,
     layout: Layout,
@@ -55,11 +63,47 @@ unsafe impl Send for Block {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Block {}
 
+impl Block {
+    /// `bytes` (nonzero) of zeroed, 8-aligned memory.
+    fn new(bytes: usize) -> Block {
+        let layout = Layout::from_size_align(bytes, ALIGN).expect("block layout");
+        #[cfg(not(miri))]
+        // SAFETY: an anonymous private mapping takes no pointer arguments.
+        let p = unsafe {
+            let p = libc::mmap(
+                ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                ptr::null_mut()
+            } else {
+                p as *mut u8
+            }
+        };
+        #[cfg(miri)]
+        // SAFETY: `bytes` is nonzero.
+        let p = unsafe { alloc(layout) };
+        match NonNull::new(p) {
+            Some(ptr) => Block { ptr, layout },
+            None => handle_alloc_error(layout),
+        }
+    }
+}
+
 impl Drop for Block {
     fn drop(&mut self) {
-        // SAFETY: allocated in `Arena::new_block` with this layout; dropped
-        // once, when the last `Arc` goes.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        // SAFETY: made by `Block::new` with this layout; dropped once, when
+        // the last `Arc` goes.
+        unsafe {
+            #[cfg(not(miri))]
+            libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.layout.size());
+            #[cfg(miri)]
+            dealloc(self.ptr.as_ptr(), self.layout);
+        }
     }
 }
 
@@ -113,14 +157,10 @@ impl Arena {
     }
 
     fn new_block(&mut self, bytes: usize) -> *mut u8 {
-        let layout = Layout::from_size_align(bytes, ALIGN).expect("block layout");
-        // SAFETY: `bytes` is nonzero (an entry has at least a header).
-        let p = unsafe { alloc(layout) };
-        let Some(p) = NonNull::new(p) else {
-            handle_alloc_error(layout)
-        };
-        self.blocks.push((Arc::new(Block { ptr: p, layout }), 0));
-        p.as_ptr()
+        let block = Block::new(bytes);
+        let p = block.ptr.as_ptr();
+        self.blocks.push((Arc::new(block), 0));
+        p
     }
 }
 
