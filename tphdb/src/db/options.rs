@@ -42,7 +42,7 @@ pub struct Options {
     /// and `block_cache_bytes`: half for memtables (`1 +
     /// max_immutable_memtables` write buffers, each at least 64 KiB), a
     /// quarter for the running compactions and a quarter for the block
-    /// cache. Outside it, and reported apart in [`crate::DbStats`]: the
+    /// cache. Outside it, and reported apart in [`crate::DBStats`]: the
     /// in-memory index (about 2 bytes a key), memtables an iterator or
     /// snapshot still pins after their flush (`pinned_memtable_bytes`),
     /// iterators' read-ahead (at most 256 KiB each) and the page cache.
