@@ -386,6 +386,9 @@ impl Stress<'_> {
 fn options(a: &StressArgs) -> Options {
     Options {
         write_buffer_bytes: a.write_buffer_kb << 10,
+        // Move every memtable that snapshots and scans pin past its flush to
+        // a file, while other threads read it.
+        pinned_memtable_bytes: 0,
         tph_target_bytes: (4 * a.write_buffer_kb as u64) << 10,
         ..Options::default()
     }
@@ -484,11 +487,12 @@ pub fn run(a: StressArgs) -> Result<(), BoxError> {
     }
     let failures = s.counters.failures.load(Ordering::Relaxed);
     println!(
-        "{total} operations in {elapsed:.0} s ({:.0}/s), {} values checked, {reopens} reopens with a full check, {} flushes, {} compactions: {failures} failures",
+        "{total} operations in {elapsed:.0} s ({:.0}/s), {} values checked, {reopens} reopens with a full check, {} flushes, {} compactions, {} pinned memtables moved to files (since the last reopen): {failures} failures",
         total as f64 / elapsed,
         s.counters.checked.load(Ordering::Relaxed),
         stats.flushes,
-        stats.compactions
+        stats.compactions,
+        stats.memtables_spilled
     );
     if failures > 0 {
         return Err(format!("{failures} failures (seed {seed})").into());

@@ -193,6 +193,11 @@ impl Inner {
     fn run_job(self: Arc<Self>, job: Job) {
         let start = Instant::now();
         let result = self.execute(&job);
+        if let Job::Flush(mems) = &job {
+            // Before the job counts as done, so that a wait for idle sees
+            // the bound hold.
+            self.bound_pinned_memtables(mems);
+        }
         let mut st = self.state.lock();
         match &result {
             // Out of space: nothing was installed; retry once space may be back.
@@ -219,6 +224,60 @@ impl Inner {
         }
         drop(st);
         self.bg_cv.notify_all();
+    }
+
+    /// Moves the oldest flushed memtables that snapshots and iterators still
+    /// pin to files (see [`MemTable::spill`]) until those left in memory
+    /// take at most `pinned_memtable_bytes`. A failure (a full disk) leaves
+    /// them in memory until the next flush tries again. `in_hand` are the
+    /// memtables the calling flush holds, which do not count as pins.
+    fn bound_pinned_memtables(&self, in_hand: &[Arc<MemTable>]) {
+        let pinned: Vec<Arc<MemTable>> = {
+            let mut retired = self.flushed_memtables.lock();
+            retired.retain(|m| m.strong_count() > 0);
+            retired
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .filter(|m| {
+                    let ours = 1 + usize::from(in_hand.iter().any(|h| Arc::ptr_eq(h, m)));
+                    Arc::strong_count(m) > ours && !m.is_spilled()
+                })
+                .collect()
+        };
+        let mut resident: usize = pinned.iter().map(|m| m.memory_bytes()).sum();
+        // Oldest first: flushes append to `flushed_memtables`.
+        for m in pinned {
+            if resident <= self.opts.pinned_memtable_bytes {
+                break;
+            }
+            match self.spill_file().and_then(|f| m.spill(&f)) {
+                Ok(moved) => {
+                    resident -= m.memory_bytes();
+                    self.stats.memtables_spilled.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .memtable_spilled_bytes
+                        .fetch_add(moved, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    self.stats
+                        .memtable_spill_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// An unnamed file for a spilled memtable: in the database's directory
+    /// on the real file system (it has the space the data has), elsewhere in
+    /// the system's temporary directory. Unnamed, it never outlives the
+    /// process, and its space returns when its mappings go.
+    fn spill_file(&self) -> std::io::Result<std::fs::File> {
+        if self.opts.file_system.is_none() {
+            tempfile::tempfile_in(&self.dir)
+        } else {
+            tempfile::tempfile()
+        }
     }
 
     /// Does a job's work and applies its result.

@@ -37,14 +37,21 @@ pub struct Options {
     /// Frozen memtables waiting for flush before writers stall (2; the
     /// paper: 4).
     pub max_immutable_memtables: usize,
+    /// Memory that flushed memtables may keep while snapshots and
+    /// iterators still pin them (64 MiB, a write buffer). Past it, at each
+    /// flush, the oldest are moved to unnamed temporary files in the
+    /// database directory and mapped back in place: reads through them
+    /// still work, but their pages are page cache the kernel may drop and
+    /// read back, and the files' space returns when the last pin goes.
+    pub pinned_memtable_bytes: usize,
     /// One bound on the memory the database holds (none). When set it is
-    /// shared out, replacing `write_buffer_bytes`, `compaction_memory_bytes`
-    /// and `block_cache_bytes`: half for memtables (`1 +
-    /// max_immutable_memtables` write buffers, each at least 64 KiB), a
-    /// quarter for the running compactions and a quarter for the block
-    /// cache. Outside it, and reported apart in [`crate::DBStats`]: the
-    /// in-memory index (about 2 bytes a key), memtables an iterator or
-    /// snapshot still pins after their flush (`pinned_memtable_bytes`),
+    /// shared out, replacing `write_buffer_bytes`, `pinned_memtable_bytes`,
+    /// `compaction_memory_bytes` and `block_cache_bytes`: half for memtables
+    /// (`2 + max_immutable_memtables` write buffers, each at least 64 KiB:
+    /// the active one, the frozen ones, and one for memtables pinned past
+    /// their flush), a quarter for the running compactions and a quarter for
+    /// the block cache. Outside it, and reported apart in
+    /// [`crate::DBStats`]: the in-memory index (about 2 bytes a key),
     /// iterators' read-ahead (at most 256 KiB each) and the page cache.
     pub memory_budget_bytes: Option<usize>,
     /// One-level mode (§4.4.1, false): flushes merge straight into level 1;
@@ -152,6 +159,7 @@ impl Default for Options {
             error_if_exists: false,
             write_buffer_bytes: 64 << 20,
             max_immutable_memtables: 2,
+            pinned_memtable_bytes: 64 << 20,
             memory_budget_bytes: None,
             one_level: false,
             single_tier: false,
@@ -190,6 +198,7 @@ impl fmt::Debug for Options {
             .field("error_if_exists", &self.error_if_exists)
             .field("write_buffer_bytes", &self.write_buffer_bytes)
             .field("max_immutable_memtables", &self.max_immutable_memtables)
+            .field("pinned_memtable_bytes", &self.pinned_memtable_bytes)
             .field("memory_budget_bytes", &self.memory_budget_bytes)
             .field("one_level", &self.one_level)
             .field("single_tier", &self.single_tier)
@@ -228,7 +237,8 @@ impl Options {
         if let Some(budget) = self.memory_budget_bytes {
             let memtables = budget / 2;
             self.write_buffer_bytes =
-                (memtables / (1 + self.max_immutable_memtables)).max(64 << 10);
+                (memtables / (2 + self.max_immutable_memtables)).max(64 << 10);
+            self.pinned_memtable_bytes = self.write_buffer_bytes;
             self.compaction_memory_bytes = (budget / 4).max(1);
             self.block_cache_bytes = budget / 4;
         }
@@ -315,10 +325,14 @@ mod tests {
             ..Options::default()
         };
         o.apply_memory_budget();
-        assert_eq!(o.write_buffer_bytes, 16 << 20);
+        assert_eq!(o.write_buffer_bytes, 12 << 20);
+        assert_eq!(o.pinned_memtable_bytes, 12 << 20);
         assert_eq!(o.compaction_memory_bytes, 24 << 20);
         assert_eq!(o.block_cache_bytes, 24 << 20);
-        let total = o.write_buffer_bytes * 3 + o.compaction_memory_bytes + o.block_cache_bytes;
+        let total = o.write_buffer_bytes * 3
+            + o.pinned_memtable_bytes
+            + o.compaction_memory_bytes
+            + o.block_cache_bytes;
         assert!(total <= 96 << 20);
         // Without a budget the options stand as given.
         let mut o = Options::default();

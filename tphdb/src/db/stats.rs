@@ -43,6 +43,9 @@ pub(crate) struct Stats {
     pub(crate) wal_dropped_bytes: AtomicU64,
     pub(crate) wal_files_skipped: AtomicU64,
     pub(crate) files_moved_to_lost: AtomicU64,
+    pub(crate) memtables_spilled: AtomicU64,
+    pub(crate) memtable_spilled_bytes: AtomicU64,
+    pub(crate) memtable_spill_failures: AtomicU64,
 }
 
 /// What a job's new data counts as.
@@ -223,9 +226,21 @@ pub struct DBStats {
     pub memtable_bytes: u64,
     /// Frozen memtables waiting to be flushed.
     pub immutable_memtables: u64,
-    /// Bytes of flushed memtables that snapshots and iterators still hold:
-    /// each pins the memtables of its moment until it is dropped.
+    /// Bytes of flushed memtables that snapshots and iterators still hold
+    /// in memory: each pins the memtables of its moment until it is
+    /// dropped. At most `pinned_memtable_bytes` of the options after each
+    /// flush; the rest are moved to files.
     pub pinned_memtable_bytes: u64,
+    /// Bytes of pinned memtables moved to files, now mapped from them.
+    pub pinned_memtable_spilled_bytes: u64,
+    /// Pinned memtables moved to files since open, and the bytes written
+    /// for them (not counted in `write_breakdown`: no data of the database).
+    pub memtables_spilled: u64,
+    /// See `memtables_spilled`.
+    pub memtable_spilled_bytes: u64,
+    /// Moves of pinned memtables to files that failed (a full disk); they
+    /// stayed in memory.
+    pub memtable_spill_failures: u64,
     /// Per level, from level 0.
     pub levels: Vec<LevelStats>,
     /// Memtable flushes.
@@ -271,6 +286,17 @@ impl Inner {
         let s = &self.stats;
         let (sv, _) = self.read_view();
         let v = &sv.version;
+        let (mut pinned_in_memory, mut pinned_spilled) = (0u64, 0u64);
+        for m in self.flushed_memtables.lock().iter() {
+            if let Some(m) = m.upgrade() {
+                let bytes = m.memory_bytes() as u64;
+                if m.is_spilled() {
+                    pinned_spilled += bytes;
+                } else {
+                    pinned_in_memory += bytes;
+                }
+            }
+        }
         let mut levels = Vec::new();
         let (mut global, mut local, mut stored) = (0u64, 0u64, 0u64);
         let level_count = v.levels.len() + 1;
@@ -364,13 +390,11 @@ impl Inner {
             index_bytes_per_key: ratio(global + local, stored),
             memtable_bytes,
             immutable_memtables: sv.imms.len() as u64,
-            pinned_memtable_bytes: self
-                .flushed_memtables
-                .lock()
-                .iter()
-                .filter_map(std::sync::Weak::upgrade)
-                .map(|m| m.memory_bytes() as u64)
-                .sum(),
+            pinned_memtable_bytes: pinned_in_memory,
+            pinned_memtable_spilled_bytes: pinned_spilled,
+            memtables_spilled: s.memtables_spilled.load(Relaxed),
+            memtable_spilled_bytes: s.memtable_spilled_bytes.load(Relaxed),
+            memtable_spill_failures: s.memtable_spill_failures.load(Relaxed),
             levels,
             flushes: s.flushes.load(Relaxed),
             flush_micros: s.flush_micros.load(Relaxed),
@@ -485,14 +509,15 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes)",
+            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)",
             self.index_memory_bytes,
             self.index_global_bytes,
             self.index_local_bytes,
             self.index_bytes_per_key,
             self.memtable_bytes,
             self.immutable_memtables,
-            self.pinned_memtable_bytes
+            self.pinned_memtable_bytes,
+            self.pinned_memtable_spilled_bytes
         );
         let _ = writeln!(
             s,

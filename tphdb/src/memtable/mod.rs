@@ -103,6 +103,20 @@ impl MemTable {
         self.frozen.get_or_init(|| self.list.freeze())
     }
 
+    /// Freezes the memtable and moves its memory into `file`, mapped back
+    /// in place (see `SkipList::spill`): what a snapshot or iterator that
+    /// pins it long after its flush costs then is page cache, not process
+    /// memory. Returns the bytes moved (0 if they were already).
+    pub(crate) fn spill(&self, file: &std::fs::File) -> std::io::Result<u64> {
+        self.freeze();
+        self.list.spill(file)
+    }
+
+    /// Whether [`MemTable::spill`] moved it to a file.
+    pub(crate) fn is_spilled(&self) -> bool {
+        self.list.is_spilled()
+    }
+
     /// The newest version of every key, in key order: what a flush writes.
     pub(crate) fn newest_versions(&self) -> impl Iterator<Item = NewestVersion<'_>> {
         let mut e = self.list.first();

@@ -170,6 +170,8 @@ struct Writer {
     rng: fastrand::Rng,
     /// Set by [`SkipList::freeze`]: no entry may be added any more.
     frozen: bool,
+    /// Set by [`SkipList::spill`]: the written blocks are file pages.
+    spilled: bool,
 }
 
 /// The arena of a frozen list as [`Bytes`], so that its keys and values can
@@ -330,6 +332,7 @@ impl SkipList {
                 arena,
                 rng: fastrand::Rng::with_seed(0x5eed),
                 frozen: false,
+                spilled: false,
             }),
         }
     }
@@ -475,6 +478,67 @@ impl SkipList {
         FrozenArena { blocks }
     }
 
+    /// Moves the frozen list's memory into `file`: each written block is
+    /// copied there and the copy mapped over the block, at the same address.
+    /// Every pointer into the list (readers', and [`Bytes`] handed out)
+    /// stays valid and sees the same bytes, but the pages are now clean file
+    /// pages the kernel may drop and read back, not memory the process
+    /// holds. Returns the bytes moved (0 if they were already).
+    ///
+    /// # Panics
+    /// If the list is not frozen.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    pub(crate) fn spill(&self, file: &std::fs::File) -> std::io::Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut w = self.writer.lock();
+        assert!(w.frozen, "spill of a memtable still written");
+        if w.spilled {
+            return Ok(0);
+        }
+        // SAFETY: sysconf has no memory arguments.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // Blocks are page-aligned mappings, so whole pages of each are
+        // inside it; past the written prefix they are zero.
+        let spans: Vec<(*mut u8, usize)> = w
+            .arena
+            .blocks
+            .iter()
+            .filter(|(_, len)| *len > 0)
+            .map(|(block, len)| (block.ptr.as_ptr(), len.next_multiple_of(page)))
+            .collect();
+        // Everything is copied before anything is remapped, so a failed
+        // write leaves the list as it was.
+        let mut offset = 0u64;
+        for &(ptr, len) in &spans {
+            // SAFETY: the span is inside the block's mapping (see above),
+            // and a frozen list's memory is never written again.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+            file.write_all_at(bytes, offset)?;
+            offset += len as u64;
+        }
+        let mut offset = 0u64;
+        for &(ptr, len) in &spans {
+            // SAFETY: `ptr..ptr + len` is a span of this list's blocks,
+            // which live as long as the list, and `file` holds their exact
+            // bytes at `offset`.
+            unsafe { map_over(ptr, len, file, offset)? };
+            offset += len as u64;
+        }
+        w.spilled = true;
+        Ok(offset)
+    }
+
+    /// Without mappings to swap, memory stays where it is.
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    pub(crate) fn spill(&self, _file: &std::fs::File) -> std::io::Result<u64> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+
+    /// Whether [`SkipList::spill`] moved the list to a file.
+    pub(crate) fn is_spilled(&self) -> bool {
+        self.writer.lock().spilled
+    }
+
     /// The entry at a position taken from an entry of this list.
     ///
     /// # Safety
@@ -485,6 +549,70 @@ impl SkipList {
             _list: std::marker::PhantomData,
         }
     }
+}
+
+/// Replaces the memory at `target..target + len` by a private mapping of
+/// `file` at `offset`, atomically for other threads: the range is mapped
+/// first elsewhere, then moved over the target in one `mremap`, which
+/// refuses before unmapping anything for what can be foreseen (too many
+/// mappings). Threads reading the range meanwhile see the old page or the
+/// new one, which hold the same bytes.
+///
+/// # Safety
+/// `target` is page-aligned, the range is mapped memory nobody writes, and
+/// `file` holds its exact bytes at `offset` (page-aligned).
+#[cfg(all(target_os = "linux", not(miri)))]
+unsafe fn map_over(
+    target: *mut u8,
+    len: usize,
+    file: &std::fs::File,
+    offset: u64,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a new mapping at an address the kernel picks touches no
+    // memory of ours.
+    let fresh = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if fresh == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fresh` is our mapping of `len` bytes, and the caller
+    // vouches that the target range may be replaced by identical bytes.
+    let moved = unsafe {
+        libc::mremap(
+            fresh,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            target as *mut libc::c_void,
+        )
+    };
+    if moved != libc::MAP_FAILED {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    // SAFETY: `fresh` is still ours, and nothing points into it.
+    unsafe { libc::munmap(fresh, len) };
+    // A failure after the target was unmapped would leave readers pointing
+    // at nothing; `mincore` fails on an unmapped range.
+    // SAFETY: sysconf has no memory arguments.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let mut resident = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `resident` has a byte per page of the range.
+    let mapped = unsafe { libc::mincore(target as *mut libc::c_void, len, resident.as_mut_ptr()) };
+    if mapped != 0 {
+        eprintln!("tphdb: memtable memory lost while moving it to a file: {e}");
+        std::process::abort();
+    }
+    Err(e)
 }
 
 /// A height with P(h) = (1/4)^(h-1) * 3/4, capped at [`MAX_HEIGHT`].
@@ -645,6 +773,89 @@ mod tests {
         let got: Vec<(&[u8], Option<&[u8]>)> =
             shared.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
         assert_eq!(got, want);
+    }
+
+    /// Whether the page at `addr` is mapped from a file, by
+    /// `/proc/self/maps` (an inode other than 0).
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn file_backed(addr: usize) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (lo, hi) = f[0].split_once('-').unwrap();
+            let lo = usize::from_str_radix(lo, 16).unwrap();
+            let hi = usize::from_str_radix(hi, 16).unwrap();
+            (lo..hi).contains(&addr) && f[4] != "0"
+        })
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
+        const N: u64 = 40_000;
+        let list = Arc::new(SkipList::new());
+        let big = vec![7u8; BLOCK_BYTES / 2 + 3];
+        for i in 0..N {
+            let key = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 24).to_be_bytes();
+            list.insert(&key, i + 1, Some(&key));
+        }
+        list.insert(b"big", N + 1, Some(&big));
+        let arena = list.freeze();
+        let shared_big = arena.share(list.seek(b"big", u64::MAX).unwrap().value().unwrap());
+        let want = collect(&list);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (list, stop) = (list.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut passes = 0;
+                    while !stop.load(Relaxed) || passes == 0 {
+                        let mut e = list.first();
+                        let mut n = 0;
+                        while let Some(x) = e {
+                            if x.key() != b"big" {
+                                assert_eq!(x.value(), Some(x.key()));
+                            }
+                            n += 1;
+                            e = x.next();
+                        }
+                        assert_eq!(n, N + 1);
+                        passes += 1;
+                    }
+                })
+            })
+            .collect();
+        let file = tempfile::tempfile().unwrap();
+        assert!(!file_backed(list.head.addr()));
+        let moved = list.spill(&file).unwrap();
+        assert!(moved as usize >= list.memory_bytes() / 2, "{moved}");
+        assert!(list.is_spilled());
+        assert!(
+            file_backed(list.head.addr()),
+            "the head's block maps the file"
+        );
+        assert!(
+            file_backed(shared_big.as_ptr().addr()),
+            "so does a big value's own block"
+        );
+        assert_eq!(
+            list.spill(&file).unwrap(),
+            0,
+            "a second spill moves nothing"
+        );
+        stop.store(true, Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        drop(file);
+        assert_eq!(collect(&list), want);
+        drop(arena);
+        drop(list);
+        assert_eq!(
+            &shared_big[..],
+            &big[..],
+            "a shared value outlives the list"
+        );
     }
 
     #[test]
