@@ -412,18 +412,26 @@ impl Inner {
         }
     }
 
+    /// Entries of the active and frozen memtables, every version counted.
+    fn memtable_entries(&self) -> u64 {
+        let (sv, _) = self.read_view();
+        std::iter::once(&sv.mem)
+            .chain(&sv.imms)
+            .map(|m| m.len() as u64)
+            .sum()
+    }
+
     pub(crate) fn property(&self, name: &str) -> Option<String> {
         let stats = self.collect_stats();
         match name {
             "tphdb.stats" => Some(stats.report()),
             "tphdb.levelstats" => Some(stats.level_table()),
+            // As RocksDB's: live entries of the tables plus every entry of
+            // the memtables (overwrites and deletes counted as keys).
             "tphdb.estimate-num-keys" => Some(
-                stats
-                    .levels
-                    .iter()
-                    .map(|l| l.live_entries)
-                    .sum::<u64>()
-                    .to_string(),
+                (stats.levels.iter().map(|l| l.live_entries).sum::<u64>()
+                    + self.memtable_entries())
+                .to_string(),
             ),
             "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
             "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),

@@ -1,0 +1,436 @@
+//! The server as clients see it: the `tphdb-server` binary, spoken to by
+//! the `redis` crate, `redis-cli`, `redis-benchmark` and the Python `redis`
+//! package. The external tools are skipped when missing unless
+//! `TPHDB_REQUIRE_TOOLS` is set (CI sets it and installs them).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::Commands;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tphdb-server"))
+            .arg("--dir")
+            .arg(dir)
+            .args(["--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Server { child, port }
+    }
+
+    fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        self.signal("-TERM");
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether an external tool is there; panics if it is missing and CI
+/// requires it.
+fn have(tool: &str, probe: &[&str]) -> bool {
+    let ok = Command::new(tool)
+        .args(probe)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("TPHDB_REQUIRE_TOOLS").is_none(),
+            "{tool} is required (TPHDB_REQUIRE_TOOLS)"
+        );
+        eprintln!("skipped: {tool} is not installed");
+    }
+    ok
+}
+
+/// Raw request bytes in, the reply bytes that come back within a moment.
+fn raw(port: u16, request: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn strings_commands_answer_as_redis_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--enable-flushall"]);
+    let mut c = server.client();
+    let _: () = c.set("a", "1").unwrap();
+    assert_eq!(
+        c.get::<_, Option<String>>("a").unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(c.get::<_, Option<String>>("missing").unwrap(), None);
+    // NX and XX, and GET returning the old value.
+    let nx: Option<String> = redis::cmd("SET")
+        .arg("a")
+        .arg("2")
+        .arg("NX")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(nx, None);
+    let xx: Option<String> = redis::cmd("SET")
+        .arg("b")
+        .arg("2")
+        .arg("XX")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(xx, None);
+    let old: Option<String> = redis::cmd("SET")
+        .arg("a")
+        .arg("3")
+        .arg("GET")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(old.as_deref(), Some("1"));
+    assert_eq!(c.set_nx::<_, _, i64>("a", "x").unwrap(), 0);
+    let _: () = c.mset(&[("k1", "v1"), ("k2", "v2"), ("k3", "")]).unwrap();
+    let got: Vec<Option<String>> = c.mget(&["k1", "nope", "k3"]).unwrap();
+    assert_eq!(got, vec![Some("v1".into()), None, Some(String::new())]);
+    assert_eq!(c.strlen::<_, i64>("k1").unwrap(), 2);
+    assert_eq!(c.exists::<_, i64>(&["k1", "k2", "k1", "zz"]).unwrap(), 3);
+    assert_eq!(c.del::<_, i64>(&["k1", "zz"]).unwrap(), 1);
+    let gd: Option<String> = redis::cmd("GETDEL").arg("k2").query(&mut c).unwrap();
+    assert_eq!(gd.as_deref(), Some("v2"));
+    assert_eq!(c.exists::<_, i64>("k2").unwrap(), 0);
+    // Binary keys and values survive untouched.
+    let bin: Vec<u8> = (0..=255).collect();
+    let _: () = c.set(&bin[..], &bin[..]).unwrap();
+    assert_eq!(c.get::<_, Vec<u8>>(&bin[..]).unwrap(), bin);
+    // Errors are errors, and the connection goes on.
+    let e = redis::cmd("SET")
+        .arg("t")
+        .arg("v")
+        .arg("EX")
+        .arg(10)
+        .query::<()>(&mut c);
+    assert!(e.unwrap_err().to_string().contains("expiry"));
+    let e = redis::cmd("NOSUCH").arg("x").query::<()>(&mut c);
+    assert!(e.unwrap_err().to_string().contains("unknown command"));
+    let e = redis::cmd("GET").query::<()>(&mut c);
+    assert!(e
+        .unwrap_err()
+        .to_string()
+        .contains("wrong number of arguments"));
+    assert_eq!(redis::cmd("PING").query::<String>(&mut c).unwrap(), "PONG");
+    assert!(redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap() >= 3);
+    let info: String = redis::cmd("INFO").query(&mut c).unwrap();
+    assert!(info.contains("redis_version:") && info.contains("# tphdb"));
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let left: Vec<String> = c.scan().unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    drop(c);
+    assert!(server.stop().success());
+}
+
+#[test]
+fn scan_resumes_in_key_order_with_match_and_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    let mut want = Vec::new();
+    for i in 0..500 {
+        let k = format!("user:{i:04}");
+        let _: () = c.set(&k, i).unwrap();
+        if i % 7 == 0 {
+            want.push(k);
+        }
+        let _: () = c.set(format!("other:{i}"), i).unwrap();
+    }
+    let mut cursor = 0u64;
+    let mut got = Vec::new();
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("user:*[0-9]")
+            .arg("COUNT")
+            .arg(37)
+            .query(&mut c)
+            .unwrap();
+        got.extend(keys.into_iter().filter(|k| k.parse::<u32>().is_err()));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let all_users: Vec<String> = (0..500).map(|i| format!("user:{i:04}")).collect();
+    assert_eq!(got, all_users, "every match once, in key order");
+    assert!(want.iter().all(|k| got.contains(k)));
+    let e = redis::cmd("SCAN").arg(987_654_321u64).query::<()>(&mut c);
+    assert!(e.unwrap_err().to_string().contains("invalid cursor"));
+}
+
+#[test]
+fn auth_limits_and_protocol_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--requirepass",
+            "s3cret",
+            "--max-request-bytes",
+            "1000",
+            "--maxclients",
+            "3",
+        ],
+    );
+    let p = server.port;
+    assert!(raw(p, b"GET a\r\n").starts_with(b"-NOAUTH"));
+    assert!(raw(p, b"AUTH wrong\r\n").starts_with(b"-WRONGPASS"));
+    assert_eq!(
+        raw(p, b"AUTH s3cret\r\nSET a 1\r\nGET a\r\n"),
+        b"+OK\r\n+OK\r\n$1\r\n1\r\n"
+    );
+    // HELLO 3 with AUTH switches the protocol: nulls are RESP3's.
+    let r = raw(p, b"HELLO 3 AUTH default s3cret\r\nGET nope\r\n");
+    assert!(
+        r.starts_with(b"%7\r\n") && r.ends_with(b"_\r\n"),
+        "{}",
+        r.escape_ascii()
+    );
+    // A request past the limit is refused before it is buffered, and the
+    // connection closed.
+    let big = format!(
+        "AUTH s3cret\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5000\r\n{}\r\n",
+        "v".repeat(5000)
+    );
+    let r = raw(p, big.as_bytes());
+    assert!(
+        String::from_utf8_lossy(&r).contains("-ERR Protocol error"),
+        "{}",
+        r.escape_ascii()
+    );
+    assert!(raw(p, b"*1\r\n$x\r\n").starts_with(b"-ERR Protocol error"));
+    // Past maxclients a new connection is refused with an error.
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+            s.write_all(b"AUTH s3cret\r\n").unwrap();
+            let mut ok = [0u8; 5];
+            s.read_exact(&mut ok).unwrap();
+            s
+        })
+        .collect();
+    assert!(raw(p, b"PING\r\n").starts_with(b"-ERR max number of clients"));
+    drop(held);
+}
+
+/// Every write acknowledged under `--appendfsync always` is there after
+/// the server is killed with SIGKILL in the middle of a load.
+#[test]
+fn acknowledged_writes_survive_sigkill_under_appendfsync_always() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--appendfsync", "always"]);
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let k = format!("t{t}-{i}");
+                    match c.set::<_, _, ()>(&k, i) {
+                        Ok(()) => acked.lock().unwrap().push(k),
+                        Err(_) => break,
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    server.signal("-KILL");
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    drop(server);
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 50,
+        "only {} writes before the kill",
+        acked.len()
+    );
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|k| !c.exists::<_, bool>(k.as_str()).unwrap())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged writes lost",
+        missing.len(),
+        acked.len()
+    );
+}
+
+/// SIGTERM lets connections finish, flushes and closes the database.
+#[test]
+fn sigterm_shuts_down_cleanly_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--appendfsync", "no"]);
+    let mut c = server.client();
+    for i in 0..1000 {
+        let _: () = c.set(i, i).unwrap();
+    }
+    assert!(server.stop().success());
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    for i in 0..1000 {
+        assert_eq!(c.get::<_, i64>(i).unwrap(), i);
+    }
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work() {
+    if !have("redis-cli", &["--version"]) || !have("redis-benchmark", &["--version"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let port = server.port.to_string();
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(cli(&["SET", "greeting", "hello world"]), "OK\n");
+    assert_eq!(cli(&["GET", "greeting"]), "hello world\n");
+    assert_eq!(cli(&["--scan", "--pattern", "greet*"]), "greeting\n");
+    let out = Command::new("redis-benchmark")
+        .args([
+            "-p", &port, "-t", "set,get", "-n", "20000", "-P", "16", "-c", "8", "-q",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SET:") && text.contains("GET:"), "{text}");
+    // The keys redis-benchmark wrote are there.
+    assert_eq!(cli(&["EXISTS", "key:__rand_int__"]), "1\n");
+}
+
+#[test]
+fn the_python_redis_package_works() {
+    if !have("python3", &["-c", "import redis"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let script = format!(
+        r#"
+import redis
+for proto in (2, 3):
+    r = redis.Redis(port={port}, protocol=proto)
+    assert r.ping()
+    r.set(b"k", b"\x00\xff")
+    assert r.get(b"k") == b"\x00\xff"
+    assert r.set("n", 1, nx=True) in (True, None)
+    assert r.set("n", 2, nx=True) is None
+    r.mset({{"a": 1, "b": 2}})
+    assert r.mget(["a", "b", "zz"]) == [b"1", b"2", None]
+    assert r.delete("a", "zz") == 1
+    assert sorted(r.scan_iter(match="[bn]")) == [b"b", b"n"]
+    p = r.pipeline(transaction=False)
+    for i in range(100):
+        p.set(f"p{{i}}", i)
+    assert all(p.execute())
+    assert r.get("p99") == b"99"
+    assert r.info()["redis_version"]
+    r.close()
+print("ok")
+"#,
+        port = server.port
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Pipelined SETs are written as one batch: a later command of the same
+/// pipeline sees them, and the last SET of a key wins.
+#[test]
+fn a_pipeline_of_sets_reads_its_own_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let mut req = Vec::new();
+    for i in 0..300 {
+        req.extend_from_slice(format!("SET k {i}\r\nSET j{i} x\r\n").as_bytes());
+    }
+    req.extend_from_slice(b"GET k\r\nEXISTS j0 j299\r\nSET k last\r\nGET k\r\n");
+    let mut want = b"+OK\r\n".repeat(600);
+    want.extend_from_slice(b"$3\r\n299\r\n:2\r\n+OK\r\n$4\r\nlast\r\n");
+    assert_eq!(raw(server.port, &req), want);
+}
