@@ -163,12 +163,7 @@ impl Default for Stripes {
 
 impl Stripes {
     fn index(key: &[u8]) -> usize {
-        // FNV-1a: a fixed hash, so a key always picks the same stripe.
-        let mut fx: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in key {
-            fx = (fx ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        (fx % STRIPES as u64) as usize
+        (tphdb::hash::key_hash(key) % STRIPES as u64) as usize
     }
 
     /// Locks the stripes of `keys`, in stripe order so that two commands
@@ -246,8 +241,10 @@ fn parse_int(arg: &[u8]) -> Option<i64> {
 /// Runs one request (`args` non-empty) and encodes its reply.
 pub(crate) fn execute(shared: &Shared, client: &mut Client, args: &[Bytes], out: &mut Out) -> Flow {
     shared.counters.commands.fetch_add(1, Relaxed);
-    let name = lower(&args[0]);
-    let spec = COMMANDS.iter().find(|c| c.name == name);
+    // Matched without lowering a copy: this runs for every request.
+    let spec = COMMANDS
+        .iter()
+        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(&args[0]));
     *client.info.last.lock() = (
         std::time::Instant::now(),
         spec.map_or("unknown", |c| c.name),
