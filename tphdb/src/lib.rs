@@ -37,9 +37,9 @@ mod version;
 
 pub use batch::WriteBatch;
 pub use db::{
-    CompactionReads, DBIterator, DBRawIterator, DBStats, Direction, FileCheck, IteratorMode,
-    LevelStats, Options, ReadOptions, RepairReport, Snapshot, SyncPolicy, VerifyReport,
-    WriteBreakdown, WriteOptions, DB,
+    prefix_successor, BulkLoader, CompactionReads, DBIterator, DBRawIterator, DBStats, Direction,
+    FileCheck, IngestReport, IteratorMode, LevelStats, Options, ReadOptions, RepairReport,
+    Snapshot, SyncPolicy, VerifyReport, WriteBreakdown, WriteOptions, DB,
 };
 pub use error::{Error, Result};
 pub use fs::ReadMode;

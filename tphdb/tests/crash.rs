@@ -39,6 +39,10 @@ enum Op {
     Delete(u32),
     Batch(Vec<(u32, Option<u32>)>),
     Flush,
+    /// A bulk load: durable once acknowledged, with every write before it.
+    /// Small enough to be one chunk, which is atomic (a longer load is
+    /// durable chunk by chunk).
+    Ingest(Vec<(u32, u32)>),
 }
 
 fn key(k: u32) -> Vec<u8> {
@@ -60,9 +64,14 @@ fn workload(seed: u64) -> Vec<(Op, bool)> {
             let op = match rng.u8(..100) {
                 0..=64 => Op::Put(rng.u32(..40), i),
                 65..=79 => Op::Delete(rng.u32(..40)),
-                80..=97 => Op::Batch(
+                80..=94 => Op::Batch(
                     (0..rng.u32(1..6))
                         .map(|j| (rng.u32(..40), (rng.u8(..4) > 0).then_some(i * 10 + j)))
+                        .collect(),
+                ),
+                95..=97 => Op::Ingest(
+                    (0..rng.u32(1..16))
+                        .map(|j| (rng.u32(..40), i * 100 + j))
                         .collect(),
                 ),
                 _ => Op::Flush,
@@ -89,6 +98,11 @@ fn apply(state: &mut State, op: &Op) {
             }
         }
         Op::Flush => {}
+        Op::Ingest(entries) => {
+            for (k, v) in entries {
+                state.insert(key(*k), value(*k, *v));
+            }
+        }
     }
 }
 
@@ -149,8 +163,12 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
                 db.write_opt(b, &wo)
             }
             Op::Flush => db.flush(),
+            Op::Ingest(entries) => db
+                .ingest(entries.iter().map(|&(k, v)| (key(k), value(k, v))))
+                .map(|report| assert_eq!(report.chunks, 1, "one atomic chunk")),
         };
         let is_write = !matches!(op, Op::Flush);
+        let durable = *sync || matches!(op, Op::Flush | Op::Ingest(_));
         match result {
             Ok(()) => {
                 // An operation ran after the failed one: writes did not stop
@@ -162,7 +180,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
                 r.done.push(op.clone());
                 r.acknowledged = r.done.len();
                 // A synced write also makes every earlier write durable.
-                if *sync || !is_write {
+                if durable {
                     r.must_survive_crash = r.done.len();
                 }
             }

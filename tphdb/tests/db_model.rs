@@ -73,6 +73,10 @@ enum Op {
     Flush,
     Compact,
     Reopen,
+    /// A bulk load (duplicates included: the last one wins).
+    Ingest(Vec<(u16, u16)>),
+    /// A checkpoint, opened and checked against the model, then dropped.
+    Checkpoint,
 }
 
 fn key(k: u16) -> Vec<u8> {
@@ -185,6 +189,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Flush),
         1 => Just(Op::Compact),
         2 => Just(Op::Reopen),
+        2 => prop::collection::vec((any::<u16>(), any::<u16>()), 1..120).prop_map(Op::Ingest),
+        1 => Just(Op::Checkpoint),
     ]
 }
 
@@ -232,6 +238,7 @@ fn run(mode: Mode, ops: Vec<Op>) {
     let mut model = Model::new();
     // A snapshot is checked at the end against the model of its time.
     let mut snap_models: Vec<Model> = Vec::new();
+    let mut checkpoints = 0;
     for op in ops {
         let d = db.as_ref().unwrap();
         match op {
@@ -293,6 +300,26 @@ fn run(mode: Mode, ops: Vec<Op>) {
             }
             Op::Flush => d.flush().unwrap(),
             Op::Compact => d.compact_range(None, None).unwrap(),
+            Op::Ingest(entries) => {
+                let report = d
+                    .ingest(entries.iter().map(|&(k, v)| (key(k), value(k, v))))
+                    .unwrap();
+                assert_eq!(report.entries, entries.len() as u64);
+                for (k, v) in entries {
+                    model.insert(key(k), value(k, v));
+                }
+            }
+            Op::Checkpoint => {
+                checkpoints += 1;
+                let to = Path::new("/checkpoints").join(checkpoints.to_string());
+                d.checkpoint(&to).unwrap();
+                // Later writes to the original stay out of the copy.
+                d.put(key(0), b"after-checkpoint").unwrap();
+                let copy = DB::open(&options(mode, &fs), &to).unwrap();
+                check_scan(&copy, &model, None, false);
+                copy.close().unwrap();
+                model.insert(key(0), b"after-checkpoint".to_vec());
+            }
             Op::Reopen => {
                 db.take().unwrap().close().unwrap();
                 db = Some(DB::open(&options(mode, &fs), dir).unwrap());

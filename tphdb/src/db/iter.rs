@@ -46,8 +46,10 @@ pub enum Direction {
     Reverse,
 }
 
-/// The smallest key greater than every key starting with `prefix`, if any.
-pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+/// The smallest key greater than every key starting with `prefix`: the
+/// exclusive upper bound of a prefix scan. `None` when there is none (the
+/// prefix is empty or all `0xff`).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();
     while let Some(last) = p.pop() {
         if last < 0xff {

@@ -67,8 +67,8 @@ pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// What a job changes, before it is applied.
 #[derive(Default)]
 pub(super) struct Change {
-    edit: VersionEdit,
-    new_tphs: HashMap<u64, Arc<Tph>>,
+    pub(super) edit: VersionEdit,
+    pub(super) new_tphs: HashMap<u64, Arc<Tph>>,
     obsolete: Vec<Arc<PieceFile>>,
     pub(super) stats: MergeStats,
 }
@@ -292,13 +292,7 @@ impl Inner {
                 if self.opts.one_level {
                     self.merge_into_level(&version, 1, delta, &mut change)?;
                 } else if !delta.is_empty() {
-                    let number = self.new_file_number()?;
-                    let outcome = merge(&self.merge_context(0, 0, false, number), None, delta)?;
-                    if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
-                        change.edit.add_l0.push(tph.head_number());
-                        change.new_tphs.insert(tph.head_number(), Arc::from(tph));
-                        change.stats.add(&stats);
-                    }
+                    self.add_level0_tph(delta, &mut change)?;
                 }
             }
             Job::L0ToL1(heads) => {
@@ -341,6 +335,22 @@ impl Inner {
         self.apply(change, flushed)
     }
 
+    /// Writes `delta` as the newest level-0 TPH.
+    pub(super) fn add_level0_tph(
+        &self,
+        delta: Vec<crate::tph::DeltaEntry>,
+        change: &mut Change,
+    ) -> Result<()> {
+        let number = self.new_file_number()?;
+        let outcome = merge(&self.merge_context(0, 0, false, number), None, delta)?;
+        if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
+            change.edit.add_l0.push(tph.head_number());
+            change.new_tphs.insert(tph.head_number(), Arc::from(tph));
+            change.stats.add(&stats);
+        }
+        Ok(())
+    }
+
     /// The input one compaction may hold.
     pub(super) fn job_input_bytes(&self) -> u64 {
         self.policy.job_input_bytes
@@ -379,7 +389,7 @@ impl Inner {
     }
 
     /// Makes a job's result durable and current; retires what it replaced.
-    fn apply(&self, mut change: Change, flushed: &[Arc<MemTable>]) -> Result<()> {
+    pub(super) fn apply(&self, mut change: Change, flushed: &[Arc<MemTable>]) -> Result<()> {
         let mut st = self.state.lock();
         if let Some(e) = &st.bg_error {
             discard(&change);
@@ -448,7 +458,7 @@ impl Inner {
     /// disk until the next job, doubling the space a settled database
     /// takes. A failure leaves them deferred (they are removed at the
     /// next open at the latest).
-    fn release_deferred(&self, st: &mut State) {
+    pub(super) fn release_deferred(&self, st: &mut State) {
         if st.deferred.is_empty()
             || st.bg_error.is_some()
             || self.shutting_down.load(Ordering::Acquire)

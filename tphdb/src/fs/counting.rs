@@ -95,6 +95,9 @@ impl<F: FileSystem + ?Sized> FileSystem for Arc<F> {
     fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
         (**self).lock(path, exclusive)
     }
+    fn link_or_copy(&self, from: &Path, to: &Path) -> Result<()> {
+        (**self).link_or_copy(from, to)
+    }
 }
 
 impl<F: FileSystem> FileSystem for CountingFs<F> {
@@ -147,6 +150,11 @@ impl<F: FileSystem> FileSystem for CountingFs<F> {
 
     fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn super::FileLock>> {
         self.inner.lock(path, exclusive)
+    }
+
+    /// A link writes nothing; a copy's writes are not the database's own.
+    fn link_or_copy(&self, from: &Path, to: &Path) -> Result<()> {
+        self.inner.link_or_copy(from, to)
     }
 }
 

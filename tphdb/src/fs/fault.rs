@@ -374,11 +374,10 @@ impl FileSystem for FaultFs {
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut s = self.lock();
         self.op(&mut s, OpKind::Rename, from)?;
-        let id = s
-            .names
-            .remove(from)
-            .ok_or_else(|| io_error(io::ErrorKind::NotFound, "renaming", from))?;
-        s.names.insert(to.to_path_buf(), id);
+        // Directories are implied by the files under them.
+        if super::rename_entries(&mut s.names, from, to) == 0 {
+            return Err(io_error(io::ErrorKind::NotFound, "renaming", from));
+        }
         Ok(())
     }
 
@@ -419,7 +418,7 @@ impl FileSystem for FaultFs {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        self.lock().names.contains_key(path)
+        self.lock().names.keys().any(|p| p.starts_with(path))
     }
 
     fn file_size(&self, path: &Path) -> Result<u64> {

@@ -69,8 +69,10 @@ impl FileSystem for MemFs {
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut files = self.files.lock().expect("memfs lock");
-        let f = files.remove(from).ok_or_else(|| not_found(from))?;
-        files.insert(to.to_path_buf(), f);
+        // Directories are implied by the files under them.
+        if super::rename_entries(&mut files, from, to) == 0 {
+            return Err(not_found(from));
+        }
         Ok(())
     }
 
@@ -100,7 +102,8 @@ impl FileSystem for MemFs {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        self.files.lock().expect("memfs lock").contains_key(path)
+        let files = self.files.lock().expect("memfs lock");
+        files.keys().any(|p| p.starts_with(path))
     }
 
     fn file_size(&self, path: &Path) -> Result<u64> {

@@ -83,6 +83,52 @@ pub trait FileSystem: Send + Sync + Debug {
     /// Locks `path` (created if missing) against other processes: exclusive
     /// for a writer, shared for readers. Released when the guard drops.
     fn lock(&self, path: &Path, exclusive: bool) -> Result<Box<dyn FileLock>>;
+    /// Gives the immutable file `from` a second name `to`: a hard link where
+    /// the file system can make one, otherwise a synced copy. The caller
+    /// syncs `to`'s directory.
+    fn link_or_copy(&self, from: &Path, to: &Path) -> Result<()> {
+        copy_file(self, from, to)
+    }
+}
+
+/// Renames the file `from`, or every file under the directory `from`, in
+/// a map of the in-memory file systems; returns how many moved.
+pub(crate) fn rename_entries<V>(
+    names: &mut std::collections::BTreeMap<std::path::PathBuf, V>,
+    from: &Path,
+    to: &Path,
+) -> usize {
+    let moving: Vec<std::path::PathBuf> = names
+        .keys()
+        .filter(|p| p.starts_with(from))
+        .cloned()
+        .collect();
+    for old in &moving {
+        let rest = old.strip_prefix(from).expect("filtered by prefix");
+        let new = if rest.as_os_str().is_empty() {
+            to.to_path_buf()
+        } else {
+            to.join(rest)
+        };
+        if let Some(v) = names.remove(old) {
+            names.insert(new, v);
+        }
+    }
+    moving.len()
+}
+
+/// Copies `from` to a new file `to` in 1 MiB reads and syncs it.
+pub(crate) fn copy_file<F: FileSystem + ?Sized>(fs: &F, from: &Path, to: &Path) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let src = fs.open_read(from, ReadMode::Pread)?;
+    let mut dst = fs.create(to)?;
+    let mut offset = 0;
+    while offset < src.len() {
+        let len = CHUNK.min(src.len() - offset);
+        dst.append(&src.read_at(offset, len as usize)?)?;
+        offset += len;
+    }
+    dst.sync()
 }
 
 /// A held file lock.

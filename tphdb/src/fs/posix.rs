@@ -80,6 +80,17 @@ impl FileSystem for PosixFs {
         }))
     }
 
+    fn link_or_copy(&self, from: &Path, to: &Path) -> Result<()> {
+        match fs::hard_link(from, to) {
+            Ok(()) => Ok(()),
+            // Another file system, or one without links.
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                super::copy_file(self, from, to)
+            }
+            Err(e) => Err(io_err("linking to", to)(e)),
+        }
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         fs::rename(from, to).map_err(io_err("renaming", from))
     }

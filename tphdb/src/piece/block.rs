@@ -243,12 +243,12 @@ impl Block {
         Ok(())
     }
 
-    /// Number of slots.
     /// Bytes the decoded block holds.
     pub(crate) fn raw_len(&self) -> usize {
         self.raw.len()
     }
 
+    /// Number of slots.
     pub(crate) fn slot_count(&self) -> usize {
         self.count
     }

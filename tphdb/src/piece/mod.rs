@@ -14,6 +14,7 @@ mod cache;
 mod check;
 mod entry;
 mod format;
+mod inspect;
 mod reader;
 mod sorted;
 mod writer;

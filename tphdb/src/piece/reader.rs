@@ -37,11 +37,11 @@ pub struct PieceReader {
     name: String,
     file: Arc<dyn RandomAccessFile>,
     props: PieceProperties,
-    phf: Phf,
-    blocks: BlockIndex,
+    pub(super) phf: Phf,
+    pub(super) blocks: BlockIndex,
     /// `(hash, slot)` of entries whose hash repeats another's, by hash.
     overflow: Vec<(u64, u32)>,
-    sections: Vec<Section>,
+    pub(super) sections: Vec<Section>,
     /// The shared block cache and this piece's number in it.
     cache: Option<(Arc<BlockCache>, u64)>,
     /// Whether blocks go in the cache too (not when mapped: the page cache

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 pub(crate) use edit::{Layout, VersionEdit};
-pub(crate) use set::{decode_current, encode_current, RecoveredState, VersionSet};
+pub(crate) use set::{decode_current, encode_current, write_manifest, RecoveredState, VersionSet};
 
 use crate::error::{Error, Result};
 use crate::hash::partition_of;

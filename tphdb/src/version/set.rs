@@ -468,7 +468,7 @@ fn write_current_tmp(
 }
 
 /// A new MANIFEST holding `version`, named by CURRENT.
-fn write_manifest(
+pub(crate) fn write_manifest(
     fs: &dyn FileSystem,
     dir: &Path,
     number: u64,
