@@ -2,7 +2,9 @@
 
 mod bench;
 mod crashtest;
+mod lines;
 mod stress;
+mod tools;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +19,73 @@ struct Cli {
 enum Command {
     /// Run a benchmark; prints a table and optionally writes JSON.
     Bench(bench::BenchArgs),
+    /// Print the value of a key (read-only; exits 1 if it is missing).
+    Get {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The key.
+        key: String,
+    },
+    /// Set a key to a value (a synced write; creates the database).
+    Put {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Delete a key (a synced write).
+    Delete {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The key.
+        key: String,
+    },
+    /// Print entries in key order, one `key<TAB>value` line each
+    /// (read-only).
+    Scan(tools::ScanArgs),
+    /// Write every entry to a file in the dump line format, from one
+    /// snapshot (read-only).
+    Dump {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The output file, or `-` for standard output.
+        #[arg(long, default_value = "-")]
+        out: std::path::PathBuf,
+    },
+    /// Bulk-load a dump, or `key<TAB>value` lines in any order, without
+    /// the WAL (creates the database).
+    Load {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The input file, or `-` for standard input.
+        #[arg(long, default_value = "-")]
+        input: std::path::PathBuf,
+        /// Write with `put` (WAL and memtable) instead, as an application
+        /// would: the baseline the bulk load is measured against.
+        #[arg(long)]
+        put_loop: bool,
+    },
+    /// Compact everything into the bottom level, one piece per TPH.
+    Compact {
+        #[command(flatten)]
+        db: tools::DbArgs,
+    },
+    /// Make a consistent copy in a new directory (hard links to the
+    /// pieces).
+    Checkpoint {
+        #[command(flatten)]
+        db: tools::DbArgs,
+        /// The new directory.
+        #[arg(long)]
+        to: std::path::PathBuf,
+    },
+    /// Show the inside of a file, like RocksDB's `sst_dump`.
+    Inspect {
+        #[command(subcommand)]
+        what: tools::InspectWhat,
+    },
     /// Print a database's statistics and structure (opens it read-only).
     Stats {
         /// The database directory.
@@ -57,6 +126,19 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Get { db, key } => tools::get(db, &key),
+        Command::Put { db, key, value } => tools::put(db, &key, &value),
+        Command::Delete { db, key } => tools::delete(db, &key),
+        Command::Scan(a) => tools::scan(a),
+        Command::Dump { db, out } => tools::dump(db, &out),
+        Command::Load {
+            db,
+            input,
+            put_loop,
+        } => tools::load(db, &input, put_loop),
+        Command::Compact { db } => tools::compact(db),
+        Command::Checkpoint { db, to } => tools::checkpoint(db, &to),
+        Command::Inspect { what } => tools::inspect(what),
         Command::Stats { db } => stats(&db),
         Command::Verify { db } => verify(&db),
         Command::Repair { db } => repair(&db),
