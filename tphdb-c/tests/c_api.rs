@@ -10,11 +10,18 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `target/<profile>`, where cargo put the shared library next to the deps
-/// directory holding this test.
+/// Where cargo put the shared library it built with this test: beside the
+/// test in `target/<profile>/deps` (a `cargo build` also copies it one level
+/// up).
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    let deps = exe.parent().unwrap();
+    let found = [deps, deps.parent().unwrap()]
+        .into_iter()
+        .find(|d| d.join("libtphdb_c.so").exists())
+        .unwrap_or(deps)
+        .to_path_buf();
+    found
 }
 
 #[test]

@@ -430,7 +430,15 @@ impl DB {
 
     /// A consistent read-only view that later writes do not change.
     pub fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot::new(self)
+        Snapshot::new(&self.inner)
+    }
+
+    /// A snapshot that borrows nothing from the database: it holds what it
+    /// reads itself, and stays readable after the `DB` is closed. For
+    /// bindings to other languages, whose objects cannot carry a Rust
+    /// lifetime.
+    pub fn snapshot_unbound(&self) -> Snapshot<'static> {
+        Snapshot::new(&self.inner)
     }
 
     /// Iterates from `mode`'s position; see [`IteratorMode`].

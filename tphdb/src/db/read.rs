@@ -44,16 +44,25 @@ impl Inner {
 /// A frozen view of the database: reads through it see exactly what existed
 /// when it was taken, whatever is written, flushed or compacted later. It
 /// pins the memtables and TPHs of that moment until dropped.
+///
+/// [`DB::snapshot`] ties it to the database's lifetime, as the `rocksdb`
+/// crate does; [`DB::snapshot_unbound`] gives one that borrows nothing.
 pub struct Snapshot<'a> {
-    db: &'a DB,
+    inner: Arc<Inner>,
     pub(crate) sv: Arc<SuperVersion>,
     pub(crate) seq: u64,
+    _db: std::marker::PhantomData<&'a DB>,
 }
 
 impl<'a> Snapshot<'a> {
-    pub(crate) fn new(db: &'a DB) -> Snapshot<'a> {
-        let (sv, seq) = db.inner.read_view();
-        Snapshot { db, sv, seq }
+    pub(crate) fn new(inner: &Arc<Inner>) -> Snapshot<'a> {
+        let (sv, seq) = inner.read_view();
+        Snapshot {
+            inner: inner.clone(),
+            sv,
+            seq,
+            _db: std::marker::PhantomData,
+        }
     }
 
     /// The value of `key` in the snapshot.
@@ -63,7 +72,7 @@ impl<'a> Snapshot<'a> {
 
     /// [`Snapshot::get`] without a copy.
     pub fn get_pinned(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        self.db.inner.get(&self.sv, self.seq, key.as_ref())
+        self.inner.get(&self.sv, self.seq, key.as_ref())
     }
 
     /// Iterates over the snapshot.
@@ -76,9 +85,24 @@ impl<'a> Snapshot<'a> {
         DBRawIterator::new(
             &self.sv,
             self.seq,
-            self.db.inner.io_pool.clone(),
+            self.inner.io_pool.clone(),
             ReadOptions::default(),
         )
+    }
+
+    /// A cursor over the snapshot that borrows nothing (see
+    /// [`DB::raw_iterator_unbound`]).
+    pub fn raw_iterator_unbound(
+        &self,
+        lower_bound: Option<Vec<u8>>,
+        upper_bound: Option<Vec<u8>>,
+    ) -> DBRawIterator<'static> {
+        let opts = ReadOptions {
+            snapshot: None,
+            lower_bound,
+            upper_bound,
+        };
+        DBRawIterator::new(&self.sv, self.seq, self.inner.io_pool.clone(), opts)
     }
 
     /// The sequence number the snapshot reads at.
