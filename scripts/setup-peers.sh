@@ -2,13 +2,14 @@
 # Installs what the `peers` benchmark feature links against: RocksDB 7.8 and
 # LevelDB from Debian's packages, and libclang for the RocksDB bindings;
 # Redis (server, redis-cli, redis-benchmark) and its Python client, which
-# tphdb-server is tested with and measured against; valgrind and a C
+# tphdb-server is tested with and measured against, and twemproxy
+# (nutcracker), which shards keys over several of them; valgrind and a C
 # compiler, which run the C API's test program.
 # LMDB, redb and fjall build from their crates; Pogreb's Go driver is built
 # into target/. Needs root (or sudo) for the packages.
 set -euo pipefail
 
-packages=(librocksdb-dev libleveldb-dev libclang-dev fio redis-server redis-tools valgrind gcc)
+packages=(librocksdb-dev libleveldb-dev libclang-dev fio redis-server redis-tools nutcracker valgrind gcc)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -434,3 +434,111 @@ fn a_pipeline_of_sets_reads_its_own_writes() {
     want.extend_from_slice(b"$3\r\n299\r\n:2\r\n+OK\r\n$4\r\nlast\r\n");
     assert_eq!(raw(server.port, &req), want);
 }
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proxy(Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// docs/server.md's sharding setup on loopback: three servers behind
+/// twemproxy (Debian's `nutcracker`), spoken to through the proxy.
+#[test]
+fn a_twemproxy_pool_shards_keys_over_three_servers() {
+    if !have("nutcracker", &["--version"]) || !have("redis-cli", &["--version"]) {
+        return;
+    }
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path(), &[])).collect();
+    let conf_dir = tempfile::tempdir().unwrap();
+    let (listen, stats) = (free_port(), free_port());
+    let pool: String = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("    - 127.0.0.1:{}:1 shard-{i}\n", s.port))
+        .collect();
+    let conf = conf_dir.path().join("tphdb.yml");
+    std::fs::write(
+        &conf,
+        format!(
+            "tphdb:\n  listen: 127.0.0.1:{listen}\n  hash: murmur\n  distribution: ketama\n  \
+             redis: true\n  auto_eject_hosts: false\n  servers:\n{pool}"
+        ),
+    )
+    .unwrap();
+    let _proxy = Proxy(
+        Command::new("nutcracker")
+            .arg("-c")
+            .arg(&conf)
+            .args(["-s", &stats.to_string(), "-v", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", listen)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nutcracker did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Through the proxy with redis-cli: redis-rs opens a connection with
+    // CLIENT SETINFO, which twemproxy does not forward (it hangs up).
+    let keys: Vec<String> = (0..300).map(|i| format!("user:{i}")).collect();
+    let mut script: String = keys
+        .iter()
+        .map(|k| format!("SET {k} value-of-{k}\n"))
+        .collect();
+    // MGET and DEL spanning shards: the proxy splits and joins them.
+    script += &format!("MGET {}\nDEL {}\n", keys.join(" "), keys[..30].join(" "));
+    let mut cli = Command::new("redis-cli")
+        .args(["-p", &listen.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let replies = String::from_utf8(out.stdout).unwrap();
+    let mut lines = replies.lines();
+    assert!(lines.by_ref().take(300).all(|l| l == "OK"), "{replies}");
+    for k in &keys {
+        assert_eq!(lines.next(), Some(format!("value-of-{k}").as_str()));
+    }
+    // Not a terminal: redis-cli prints replies bare.
+    assert_eq!(lines.next(), Some("30"));
+    // Each key lives on exactly one server, and every server has some.
+    let mut per_server = Vec::new();
+    for s in &servers {
+        let mut c = s.client();
+        let held = keys[30..]
+            .iter()
+            .filter(|k| c.exists::<_, bool>(k.as_str()).unwrap())
+            .count();
+        assert!(!keys[..30]
+            .iter()
+            .any(|k| c.exists::<_, bool>(k.as_str()).unwrap()));
+        per_server.push(held);
+    }
+    assert_eq!(per_server.iter().sum::<usize>(), 270, "{per_server:?}");
+    assert!(per_server.iter().all(|&n| n > 30), "{per_server:?}");
+}
