@@ -81,7 +81,8 @@ enum Command {
         #[arg(long)]
         to: std::path::PathBuf,
     },
-    /// Show the inside of a file, like RocksDB's `sst_dump`.
+    /// Show the inside of a piece, WAL or MANIFEST, like RocksDB's
+    /// `sst_dump` and `ldb dump_wal`/`manifest_dump`.
     Inspect {
         #[command(subcommand)]
         what: tools::InspectWhat,

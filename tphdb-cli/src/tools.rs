@@ -1,6 +1,6 @@
 //! Commands that read and change a database from the shell, after
 //! RocksDB's `ldb` and `sst_dump`: get, put, delete, scan, dump, load,
-//! compact, checkpoint and inspect.
+//! compact, checkpoint and inspect (pieces, WALs, MANIFESTs).
 
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -96,6 +96,19 @@ pub enum InspectWhat {
         /// How keys and values are printed.
         #[arg(long, value_enum, default_value = "escaped")]
         encoding: Encoding,
+    },
+    /// A WAL's write batches: sequence numbers, puts and deletes.
+    Wal {
+        /// The WAL file (`NNNNNN.log`).
+        file: PathBuf,
+        /// Show at most this many bytes of each key.
+        #[arg(long, default_value_t = 64)]
+        key_bytes: usize,
+    },
+    /// A MANIFEST's version edits.
+    Manifest {
+        /// The MANIFEST file (`MANIFEST-NNNNNN`).
+        file: PathBuf,
     },
 }
 
@@ -321,6 +334,16 @@ pub fn inspect(what: InspectWhat) -> Result<()> {
                 println!("  seq {:>10} {}", e.seq, String::from_utf8_lossy(&out));
             }
             Ok(())
+        }
+        InspectWhat::Wal { file, key_bytes } => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            tphdb::inspect::wal(&file, key_bytes, &mut out)?;
+            Ok(out.flush()?)
+        }
+        InspectWhat::Manifest { file } => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            tphdb::inspect::manifest(&file, &mut out)?;
+            Ok(out.flush()?)
         }
     }
 }

@@ -117,6 +117,31 @@ fn get_put_delete_and_scan_from_the_shell() {
         ok(&["scan", "--db", db, "--prefix", "gr", "--keys-only"]),
         "greeting\n"
     );
+    // Each command's open flushes what the WAL before it held: the WALs left
+    // hold the last put and the delete. The MANIFEST holds the edits.
+    let files = |ext: &str| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(db)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains(ext))
+            .collect();
+        v.sort();
+        v
+    };
+    let wals: String = files(".log")
+        .iter()
+        .map(|f| ok(&["inspect", "wal", f.to_str().unwrap()]))
+        .collect();
+    for want in ["put grape (6 bytes)", "delete grape", "clean end"] {
+        assert!(wals.contains(want), "{want} missing in\n{wals}");
+    }
+    let manifest = ok(&[
+        "inspect",
+        "manifest",
+        files("MANIFEST")[0].to_str().unwrap(),
+    ]);
+    assert!(manifest.starts_with("edit 0: layout fanout"), "{manifest}");
+    assert!(manifest.contains("clean end"), "{manifest}");
     // Only `put` and `load` create a database.
     let absent = dir.path().join("absent");
     assert!(!tphdb(&["delete", "--db", absent.to_str().unwrap(), "k"])

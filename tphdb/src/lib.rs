@@ -25,6 +25,8 @@ pub mod fs;
 pub mod fuzzing;
 #[doc(hidden)]
 pub mod hash;
+#[doc(hidden)]
+pub mod inspect;
 mod log;
 mod memtable;
 #[doc(hidden)]
