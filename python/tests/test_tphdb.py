@@ -1,6 +1,7 @@
 """The Python API end to end: pytest python/tests (after pip install ./python)."""
 
 import threading
+import time
 
 import pytest
 
@@ -138,3 +139,29 @@ def test_threads_share_a_database(db):
     for t in threads:
         t.join()
     assert sum(1 for _ in db) == 8000
+
+
+def test_engine_calls_release_the_gil(tmp_path):
+    # While one thread is inside a long call (a full compaction), another
+    # runs Python code: it takes timestamps inside the call's span. Were the
+    # GIL held through the call, none could fall inside it.
+    with tphdb.DB(tmp_path / "db", write_buffer_size=1 << 20) as d:
+        d.ingest((b"%08d" % (i * 7919 % 200000), b"x" * 100) for i in range(200000))
+        span = []
+
+        def compact():
+            start = time.perf_counter()
+            d.compact()
+            span.extend([start, time.perf_counter()])
+
+        worker = threading.Thread(target=compact)
+        stamps = []
+        worker.start()
+        while worker.is_alive():
+            stamps.append(time.perf_counter())
+            time.sleep(0.001)
+        worker.join()
+        start, end = span
+        inside = [s for s in stamps if start < s < end]
+        assert end - start > 0.02, "the compaction was too short to tell"
+        assert len(inside) >= 5, (len(inside), end - start)
