@@ -324,7 +324,7 @@ impl Db {
         snapshot: Option<PyRef<'_, Snapshot>>,
         keys_only: bool,
     ) -> PyResult<Scan> {
-        let (lower, upper) = bounds(start, stop, prefix);
+        let (lower, upper) = tphdb::prefix_bounds(start, stop, prefix.as_deref());
         let it = match snapshot {
             Some(s) => {
                 let guard = s
@@ -474,23 +474,6 @@ impl Db {
     }
 }
 
-/// The bounds of a scan from `start`, `stop` and `prefix`.
-fn bounds(
-    start: Option<Vec<u8>>,
-    stop: Option<Vec<u8>>,
-    prefix: Option<Vec<u8>>,
-) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
-    let Some(p) = prefix else {
-        return (start, stop);
-    };
-    let lower = Some(start.map_or(p.clone(), |s| s.max(p.clone())));
-    let upper = match (stop, tphdb::prefix_successor(&p)) {
-        (Some(s), Some(e)) => Some(s.min(e)),
-        (s, e) => s.or(e),
-    };
-    (lower, upper)
-}
-
 /// Puts and deletes applied together.
 #[pyclass(name = "WriteBatch", module = "tphdb")]
 struct Batch {
@@ -616,7 +599,7 @@ impl Snapshot {
         prefix: Option<Vec<u8>>,
         keys_only: bool,
     ) -> PyResult<Scan> {
-        let (lower, upper) = bounds(start, stop, prefix);
+        let (lower, upper) = tphdb::prefix_bounds(start, stop, prefix.as_deref());
         let guard = self
             .snap
             .lock()

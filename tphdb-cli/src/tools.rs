@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
-use tphdb::{Direction, IteratorMode, Options, ReadOptions, DB};
+use tphdb::{IteratorMode, Options, ReadOptions, DB};
 
 use crate::lines::{Encoding, LineReader, LineWriter};
 
@@ -60,7 +60,8 @@ impl DbArgs {
 pub struct ScanArgs {
     #[command(flatten)]
     db: DbArgs,
-    /// The first key (inclusive; the last with `--reverse`).
+    /// The first key of the range (inclusive), in key order also with
+    /// `--reverse`.
     #[arg(long)]
     from: Option<String>,
     /// Stop before this key (exclusive).
@@ -159,24 +160,17 @@ pub fn scan(a: ScanArgs) -> Result<()> {
         decode("--prefix", &a.prefix)?,
     );
     let db = a.db.read_only()?;
-    let mut lower = from.clone();
-    let mut upper = to;
-    if let Some(p) = &prefix {
-        lower = Some(lower.map_or(p.clone(), |l| l.max(p.clone())));
-        if let Some(end) = tphdb::prefix_successor(p) {
-            upper = Some(upper.map_or(end.clone(), |u| u.min(end)));
-        }
-    }
+    // One range in key order; --reverse walks it from the end.
+    let (lower_bound, upper_bound) = tphdb::prefix_bounds(from, to, prefix.as_deref());
     let opts = ReadOptions {
-        lower_bound: if a.reverse { lower.clone() } else { None },
-        upper_bound: upper,
+        lower_bound,
+        upper_bound,
         ..ReadOptions::default()
     };
-    let mode = match (a.reverse, &lower, &from) {
-        (false, Some(l), _) => IteratorMode::From(l, Direction::Forward),
-        (false, None, _) => IteratorMode::Start,
-        (true, _, Some(f)) => IteratorMode::From(f, Direction::Reverse),
-        (true, _, None) => IteratorMode::End,
+    let mode = if a.reverse {
+        IteratorMode::End
+    } else {
+        IteratorMode::Start
     };
     let mut out = LineWriter::new(BufWriter::new(io::stdout().lock()), a.db.encoding());
     for item in db.iterator_opt(mode, opts) {

@@ -112,6 +112,34 @@ fn get_put_delete_and_scan_from_the_shell() {
         ok(&["scan", "--db", db, "--limit", "1", "--keys-only", "--hex"]),
         "00ff\n"
     );
+    // Regression: with --reverse, --from became the lower bound and the
+    // start at once, so only a key equal to it was printed.
+    assert_eq!(
+        ok(&[
+            "scan",
+            "--db",
+            db,
+            "--from",
+            "gra",
+            "--reverse",
+            "--keys-only"
+        ]),
+        "greeting\ngrape\n"
+    );
+    assert_eq!(
+        ok(&[
+            "scan",
+            "--db",
+            db,
+            "--from",
+            "a",
+            "--to",
+            "greeting",
+            "--reverse",
+            "--keys-only"
+        ]),
+        "grape\n"
+    );
     ok(&["delete", "--db", db, "grape"]);
     assert_eq!(
         ok(&["scan", "--db", db, "--prefix", "gr", "--keys-only"]),

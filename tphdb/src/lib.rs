@@ -39,7 +39,7 @@ mod version;
 
 pub use batch::WriteBatch;
 pub use db::{
-    prefix_successor, BulkLoader, CompactionReads, DBIterator, DBRawIterator, DBStats, Direction,
+    prefix_bounds, BulkLoader, CompactionReads, DBIterator, DBRawIterator, DBStats, Direction,
     FileCheck, IngestReport, IteratorMode, LevelStats, Options, ReadOptions, RepairReport,
     Snapshot, SyncPolicy, VerifyReport, WriteBreakdown, WriteOptions, DB,
 };

@@ -46,10 +46,28 @@ pub enum Direction {
     Reverse,
 }
 
+/// The bounds of a scan from `lower` (inclusive) to `upper` (exclusive),
+/// narrowed to the keys starting with `prefix` when there is one.
+pub fn prefix_bounds(
+    lower: Option<Vec<u8>>,
+    upper: Option<Vec<u8>>,
+    prefix: Option<&[u8]>,
+) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let Some(p) = prefix else {
+        return (lower, upper);
+    };
+    let lower = Some(lower.map_or_else(|| p.to_vec(), |l| l.max(p.to_vec())));
+    let upper = match (upper, prefix_successor(p)) {
+        (Some(u), Some(end)) => Some(u.min(end)),
+        (u, end) => u.or(end),
+    };
+    (lower, upper)
+}
+
 /// The smallest key greater than every key starting with `prefix`: the
 /// exclusive upper bound of a prefix scan. `None` when there is none (the
 /// prefix is empty or all `0xff`).
-pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();
     while let Some(last) = p.pop() {
         if last < 0xff {

@@ -31,7 +31,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 pub use ingest::{BulkLoader, IngestReport};
-pub use iter::{prefix_successor, DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
+pub use iter::{prefix_bounds, DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
 pub use options::{Options, SyncPolicy, WriteOptions};
 pub use read::Snapshot;
 pub use repair::{FileCheck, RepairReport, VerifyReport};
@@ -458,9 +458,10 @@ impl DB {
     /// Iterates over the keys starting with `prefix`, in order.
     pub fn prefix_iterator<'a>(&'a self, prefix: impl AsRef<[u8]>) -> DBIterator<'a> {
         let prefix = prefix.as_ref().to_vec();
+        let (lower_bound, upper_bound) = iter::prefix_bounds(None, None, Some(&prefix));
         let opts = ReadOptions {
-            upper_bound: iter::prefix_successor(&prefix),
-            lower_bound: Some(prefix.clone()),
+            lower_bound,
+            upper_bound,
             ..ReadOptions::default()
         };
         DBIterator::new(
