@@ -142,8 +142,10 @@ fn write_piece_fixture(fs: &dyn FileSystem, path: &Path) -> crate::Result<()> {
             seq: *seq,
         })
         .collect();
+    // The v2 fixture was written with aligned blocks, then the default.
     let opts = PieceOptions {
         page_size: 512,
+        align_blocks: true,
         ..PieceOptions::default()
     };
     write_piece(fs, path, &refs, &opts)?;

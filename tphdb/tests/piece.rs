@@ -106,17 +106,20 @@ fn random_entry_sets_round_trip_on_every_read_path() {
         let model = random_model(&mut rng, n, 24, 300);
         for compression in [Compression::None, Compression::Lz4] {
             for phf_kind in [PhfKind::CpHash, PhfKind::PtrHash] {
-                let path = dir
-                    .path()
-                    .join(format!("{i}-{compression:?}-{phf_kind:?}.ph"));
-                let opts = PieceOptions {
-                    compression,
-                    phf_kind,
-                    ..PieceOptions::default()
-                };
-                write_piece(&PosixFs, &path, &refs(&model), &opts).unwrap();
-                for mode in [ReadMode::Mmap, ReadMode::Pread, ReadMode::Direct] {
-                    check_piece(&PosixFs, &path, &model, mode);
+                for align_blocks in [false, true] {
+                    let path = dir.path().join(format!(
+                        "{i}-{compression:?}-{phf_kind:?}-{align_blocks}.ph"
+                    ));
+                    let opts = PieceOptions {
+                        compression,
+                        phf_kind,
+                        align_blocks,
+                        ..PieceOptions::default()
+                    };
+                    write_piece(&PosixFs, &path, &refs(&model), &opts).unwrap();
+                    for mode in [ReadMode::Mmap, ReadMode::Pread, ReadMode::Direct] {
+                        check_piece(&PosixFs, &path, &model, mode);
+                    }
                 }
             }
         }
@@ -265,10 +268,15 @@ fn every_single_byte_corruption_is_detected() {
     let mut rng = fastrand::Rng::with_seed(6);
     let model = random_model(&mut rng, 40, 12, 40);
     let path = PathBuf::from("/small.ph");
-    for compression in [Compression::None, Compression::Lz4] {
+    for (compression, align_blocks) in [
+        (Compression::None, false),
+        (Compression::None, true),
+        (Compression::Lz4, false),
+    ] {
         let opts = PieceOptions {
             compression,
             page_size: 256,
+            align_blocks,
             ..PieceOptions::default()
         };
         write_piece(&fs, &path, &refs(&model), &opts).unwrap();

@@ -97,6 +97,9 @@ pub struct PeerArgs {
     /// tphdb: single-tier mode.
     #[arg(long)]
     pub single_tier: bool,
+    /// tphdb: page-aligned blocks (`Options::align_blocks`).
+    #[arg(long)]
+    pub align_blocks: bool,
 }
 
 /// Runs a workload on each engine in turn and reports them side by side.
@@ -160,6 +163,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     signature_bits: a.signature_bits,
                     one_level: a.one_level,
                     single_tier: a.single_tier,
+                    align_blocks: a.align_blocks,
                 },
             },
         };

@@ -309,6 +309,7 @@ fn piece_options(opts: &Options) -> PieceOptions {
         phf: opts.phf_config(),
         page_size: opts.page_size_bytes,
         compression: opts.compression,
+        align_blocks: opts.align_blocks,
         ..PieceOptions::default()
     }
 }

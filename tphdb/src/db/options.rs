@@ -143,6 +143,13 @@ pub struct Options {
     pub scan_io_threads: usize,
     /// Block size target of pieces (4096 bytes, a page; at most 1 MiB).
     pub page_size_bytes: usize,
+    /// Start a block that fits in a page on the next page boundary when it
+    /// would otherwise straddle one (false). Aligned, every such block is
+    /// one page to read; packed, most blocks span two pages, which an SSD
+    /// reads in the same time as one (one `O_DIRECT` read either way), and
+    /// pieces lose no space to padding: 28% less written and stored at
+    /// 1 KiB values, 8% at 128 bytes (see `docs/design.md`).
+    pub align_blocks: bool,
     /// Start a new MANIFEST past this size (64 MiB).
     pub manifest_max_bytes: u64,
     /// Pieces whose live fraction falls below this are folded at the next
@@ -184,6 +191,7 @@ impl Default for Options {
             background_threads: 2,
             scan_io_threads: 16,
             page_size_bytes: 4096,
+            align_blocks: false,
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,
             file_system: None,
@@ -223,6 +231,7 @@ impl fmt::Debug for Options {
             .field("background_threads", &self.background_threads)
             .field("scan_io_threads", &self.scan_io_threads)
             .field("page_size_bytes", &self.page_size_bytes)
+            .field("align_blocks", &self.align_blocks)
             .field("manifest_max_bytes", &self.manifest_max_bytes)
             .field("min_live_ratio", &self.min_live_ratio)
             .field("file_system", &self.file_system)

@@ -97,6 +97,7 @@ pub struct TphdbSettings {
     pub signature_bits: Option<u32>,
     pub one_level: bool,
     pub single_tier: bool,
+    pub align_blocks: bool,
 }
 
 /// Every engine name `--engines` accepts.

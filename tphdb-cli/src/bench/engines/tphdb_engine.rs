@@ -34,6 +34,7 @@ impl Tphdb {
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
             one_level: t.one_level,
             single_tier: t.single_tier,
+            align_blocks: t.align_blocks,
             read_mode: if cfg.direct_io {
                 ReadMode::Direct
             } else {
