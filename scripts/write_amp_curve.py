@@ -132,15 +132,25 @@ def main():
     p.add_argument("--out", default="target/write-amp-curve",
                    help="directory for the databases, logs, JSON and SVG")
     p.add_argument("--no-one-level", action="store_true")
+    p.add_argument("--replot", action="store_true",
+                   help="run nothing: table, JSON and plot from the runs already in --out")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for keys in [int(k) for k in a.keys.split(",")]:
-        rows += rows_of(run_bench(a.binary, keys, a.value_size, "tphdb,rocksdb", False, a.out,
-                                  a.seconds), keys, False)
-        if not a.no_one_level:
-            rows += rows_of(run_bench(a.binary, keys, a.value_size, "tphdb", True, a.out,
-                                      a.seconds), keys, True)
+        for one_level in [False] if a.no_one_level else [False, True]:
+            engines = "tphdb" if one_level else "tphdb,rocksdb"
+            if a.replot:
+                tag = f"{keys}-{'one-level' if one_level else 'leveled'}"
+                path = os.path.join(a.out, f"fillrandom-{tag}.json")
+                if not os.path.exists(path):
+                    continue
+                with open(path) as f:
+                    results = json.load(f)["results"]
+            else:
+                results = run_bench(a.binary, keys, a.value_size, engines, one_level, a.out,
+                                    a.seconds)
+            rows += rows_of(results, keys, one_level)
         print_table(rows)
         with open(os.path.join(a.out, "write-amp-curve.json"), "w") as f:
             json.dump({"value_size": a.value_size, "rows": rows}, f, indent=1)
