@@ -122,27 +122,25 @@ fn options(
         };
     }
     if let Some(m) = read_mode {
-        o.read_mode = match m {
-            "mmap" => tphdb::ReadMode::Mmap,
-            "pread" => tphdb::ReadMode::Pread,
-            "direct" => tphdb::ReadMode::Direct,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "read_mode must be 'mmap', 'pread' or 'direct', not {other:?}"
-                )))
-            }
-        };
+        o.read_mode = named_choice(
+            "read_mode",
+            m,
+            &[
+                ("mmap", tphdb::ReadMode::Mmap),
+                ("pread", tphdb::ReadMode::Pread),
+                ("direct", tphdb::ReadMode::Direct),
+            ],
+        )?;
     }
     if let Some(c) = compression {
-        o.compression = match c {
-            "none" => tphdb::Compression::None,
-            "lz4" => tphdb::Compression::Lz4,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "compression must be 'none' or 'lz4', not {other:?}"
-                )))
-            }
-        };
+        o.compression = named_choice(
+            "compression",
+            c,
+            &[
+                ("none", tphdb::Compression::None),
+                ("lz4", tphdb::Compression::Lz4),
+            ],
+        )?;
     }
     Ok(o)
 }
@@ -744,4 +742,21 @@ fn tphdb_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ClosedError", py.get_type::<ClosedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// The value named `given` among `choices`, or a `ValueError` naming them
+/// all: "read_mode must be 'mmap', 'pread' or 'direct', not 'x'".
+fn named_choice<T: Copy>(option: &str, given: &str, choices: &[(&str, T)]) -> PyResult<T> {
+    if let Some(&(_, v)) = choices.iter().find(|(name, _)| *name == given) {
+        return Ok(v);
+    }
+    let names: Vec<String> = choices.iter().map(|(n, _)| format!("'{n}'")).collect();
+    let listed = match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Err(PyValueError::new_err(format!(
+        "{option} must be {listed}, not {given:?}"
+    )))
 }
