@@ -381,6 +381,7 @@ impl Inner {
             partition,
             bottom,
             max_pieces: self.opts.effective_max_pieces(),
+            push_past_bytes: (level >= 1 && !bottom).then_some(self.opts.tph_target_bytes),
             min_live_ratio: self.opts.min_live_ratio,
             new_number: number,
             // The other half of the job's share, in 8-byte hashes.

@@ -236,7 +236,9 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             l0_compaction_trigger: opts.l0_compaction_trigger,
             tph_target_bytes: opts.tph_target_bytes,
             max_levels: opts.max_levels,
+            l0_slowdown_trigger: opts.l0_slowdown_trigger,
             job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
+            background_threads: opts.background_threads,
         },
         piece_options: piece_options(&opts),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(

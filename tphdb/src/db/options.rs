@@ -71,7 +71,7 @@ pub struct Options {
     pub max_levels: u32,
     /// A TPH above the bottom level is pushed down past this many bytes
     /// (256 MiB); the bottom level gets a level below it once its TPHs
-    /// average `fanout` times this.
+    /// average more than this.
     pub tph_target_bytes: u64,
     /// Level-0 TPHs that trigger a compaction into level 1 (4).
     pub l0_compaction_trigger: usize,

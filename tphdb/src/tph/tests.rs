@@ -24,6 +24,7 @@ struct Harness {
     model: Model,
     bottom: bool,
     max_pieces: usize,
+    push_past_bytes: Option<u64>,
     options: PieceOptions,
     reads: PieceReads,
 }
@@ -41,6 +42,7 @@ impl Harness {
             model: Model::new(),
             bottom,
             max_pieces,
+            push_past_bytes: None,
             options: PieceOptions {
                 page_size: 256,
                 // Small segments, built a few at a time (index_batch_keys):
@@ -80,6 +82,7 @@ impl Harness {
             partition: 0,
             bottom: self.bottom,
             max_pieces: self.max_pieces,
+            push_past_bytes: self.push_past_bytes,
             min_live_ratio: 0.2,
             new_number: self.next_number,
             index_batch_keys: 128,
@@ -105,7 +108,11 @@ impl Harness {
                 stats,
             } => {
                 obsolete.iter().for_each(|p| p.mark_obsolete());
-                assert!(tph.piece_count() <= self.max_pieces);
+                let limit = match self.push_past_bytes {
+                    Some(_) => self.max_pieces * 4,
+                    None => self.max_pieces,
+                };
+                assert!(tph.piece_count() <= limit);
                 self.tph = Some(Arc::from(tph));
                 stats
             }
@@ -292,6 +299,36 @@ fn insert_only_merges_keep_old_pieces_and_write_only_the_delta() {
     assert_eq!(s2.entries_written, 100);
     assert!(s2.bytes_written() * 5 < s1.bytes_written(), "{s1:?} {s2:?}");
     assert_eq!(h.tph.as_ref().unwrap().piece_count(), 2);
+}
+
+#[test]
+fn a_tph_due_for_a_push_down_puts_off_its_folds() {
+    let batch = |round: u32| -> Model {
+        (round * 100..round * 100 + 100)
+            .map(|i| (key(i), Some(vec![1u8; 100])))
+            .collect()
+    };
+    // From the fourth batch on (about 113 bytes an entry) the TPH is due:
+    // it keeps up to 4 x 2 pieces, then folds as before.
+    let mut h = Harness::new(false, 2);
+    h.push_past_bytes = Some(350 * 113);
+    let mut counts = Vec::new();
+    let mut folded = 0;
+    for round in 0..12 {
+        folded += h.merge(&batch(round)).fold_bytes_written;
+        counts.push(h.tph.as_ref().unwrap().piece_count());
+    }
+    h.check();
+    assert_eq!(counts[..8], [1, 2, 2, 3, 4, 5, 6, 7], "{counts:?}");
+    assert!(counts[8..].iter().all(|&c| c == 8), "{counts:?}");
+    assert!(folded > 0);
+    // Without the target, the TPH folds to stay at two pieces.
+    let mut h = Harness::new(false, 2);
+    for round in 0..12 {
+        h.merge(&batch(round));
+        assert!(h.tph.as_ref().unwrap().piece_count() <= 2);
+    }
+    h.check();
 }
 
 #[test]
