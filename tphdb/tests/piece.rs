@@ -452,3 +452,44 @@ fn ptrhash_pieces_are_read_only_when_asked_for() {
     assert!(matches!(e, tphdb::Error::Unsupported(_)), "{e}");
     check_piece(&fs, path, &model, ReadMode::Pread);
 }
+
+/// Resident kB of this process's mappings of `path`, from `/proc/self/smaps`.
+fn mapped_resident_kb(path: &Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut ours = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().unwrap_or("");
+        let header =
+            range.contains('-') && range.split('-').all(|h| u64::from_str_radix(h, 16).is_ok());
+        if header {
+            ours = line.ends_with(name);
+        } else if ours {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                kb += v.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
+            }
+        }
+    }
+    kb
+}
+
+/// Opening a mapped piece read and verified its sections through the
+/// mapping, and those pages (with the kernel's fault-around, 64 KiB about
+/// each) stayed resident for as long as the piece was open: about 400 KiB
+/// a piece, 205 MB of a 16M-key fill's peak RSS.
+#[test]
+fn an_open_mapped_piece_keeps_none_of_its_pages_resident() {
+    let dir = tmp_dir();
+    let mut rng = fastrand::Rng::with_seed(4);
+    let model = random_model(&mut rng, 50_000, 20, 100);
+    let path = dir.path().join("resident.ph");
+    write_piece(&PosixFs, &path, &refs(&model), &PieceOptions::default()).unwrap();
+    let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
+    // The file was just written: its pages are all in the page cache, so
+    // any touched through the mapping would map their neighbours too.
+    assert_eq!(mapped_resident_kb(&path), 0);
+    let (k, v) = model.iter().nth(123).unwrap();
+    assert_entry(r.get(k).unwrap(), k, v);
+    assert!(mapped_resident_kb(&path) > 0, "a get maps its block");
+}

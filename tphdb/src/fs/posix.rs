@@ -232,10 +232,18 @@ impl RandomAccessFile for MmapFile {
     fn done_with(&self, offset: u64, len: usize) {
         let page = page_size();
         let start = (offset as usize).next_multiple_of(page);
-        let end = (offset as usize + len).min(self.bytes.len()) / page * page;
+        let end = (offset as usize + len).min(self.bytes.len());
+        // The file's last page is the mapping's too, whatever lies past the
+        // end of the file in it.
+        let end = if end == self.bytes.len() {
+            end.next_multiple_of(page)
+        } else {
+            end / page * page
+        };
         if start < end {
             // SAFETY: the range lies within this file's mapping (its start is
-            // page-aligned, and so are `start` and `end`). The mapping is a
+            // page-aligned, and so are `start` and `end`; the mapping spans
+            // whole pages, the last one included). The mapping is a
             // read-only shared one: dropping its pages loses nothing, and any
             // later access reads them from the file again.
             unsafe {

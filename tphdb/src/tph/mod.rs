@@ -211,7 +211,9 @@ impl Tph {
             )?;
             Ok((meta, index))
         };
-        let (meta, index) = load().map_err(|e| e.at(head.name()))?;
+        let loaded = load().map_err(|e| e.at(head.name()));
+        head.release_mapped_pages();
+        let (meta, index) = loaded?;
         let mut pieces = Vec::with_capacity(meta.pieces.len());
         for &(n, _) in &meta.pieces {
             pieces.push(get(n)?);
