@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 use proptest::prelude::*;
-use tphdb::fs::{CountingFs, FileSystem, MemFs, PosixFs, ReadMode};
+use tphdb::fs::{mapped_resident_bytes, CountingFs, FileSystem, MemFs, PosixFs, ReadMode};
 use tphdb::hash::key_hash;
 use tphdb::phf::PhfKind;
 use tphdb::piece::{
@@ -453,27 +453,6 @@ fn ptrhash_pieces_are_read_only_when_asked_for() {
     check_piece(&fs, path, &model, ReadMode::Pread);
 }
 
-/// Resident kB of this process's mappings of `path`, from `/proc/self/smaps`.
-fn mapped_resident_kb(path: &Path) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let name = path.to_str().unwrap();
-    let mut ours = false;
-    let mut kb = 0;
-    for line in smaps.lines() {
-        let range = line.split_whitespace().next().unwrap_or("");
-        let header =
-            range.contains('-') && range.split('-').all(|h| u64::from_str_radix(h, 16).is_ok());
-        if header {
-            ours = line.ends_with(name);
-        } else if ours {
-            if let Some(v) = line.strip_prefix("Rss:") {
-                kb += v.trim().trim_end_matches(" kB").parse::<u64>().unwrap();
-            }
-        }
-    }
-    kb
-}
-
 /// Opening a mapped piece read and verified its sections through the
 /// mapping, and those pages (with the kernel's fault-around, 64 KiB about
 /// each) stayed resident for as long as the piece was open: about 400 KiB
@@ -488,8 +467,11 @@ fn an_open_mapped_piece_keeps_none_of_its_pages_resident() {
     let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
     // The file was just written: its pages are all in the page cache, so
     // any touched through the mapping would map their neighbours too.
-    assert_eq!(mapped_resident_kb(&path), 0);
+    assert_eq!(mapped_resident_bytes(&path), 0);
     let (k, v) = model.iter().nth(123).unwrap();
     assert_entry(r.get(k).unwrap(), k, v);
-    assert!(mapped_resident_kb(&path) > 0, "a get maps its block");
+    assert!(mapped_resident_bytes(&path) > 0, "a get maps its block");
+    // A compaction's pass over every entry lets go of what it read.
+    assert_eq!(r.iter().count(), model.len());
+    assert_eq!(mapped_resident_bytes(&path), 0);
 }

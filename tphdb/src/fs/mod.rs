@@ -30,7 +30,7 @@ pub use fault::{FaultFs, OpKind};
 pub use lock::LockTable;
 pub use mem::MemFs;
 pub(crate) use open_files::OpenFiles;
-pub use posix::PosixFs;
+pub use posix::{mapped_resident_bytes, PosixFs};
 
 /// How an immutable file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -208,6 +208,34 @@ fn check_range(offset: u64, len: usize, file_len: u64) -> Result<()> {
 }
 
 /// The system's page size.
+/// Bytes of the file at `path` that this process holds resident through
+/// its mappings (Linux's `/proc/self/smaps`; 0 where there is none). For
+/// tests and diagnostics: a mapped piece should hold only the pages a
+/// read is using.
+pub fn mapped_resident_bytes(path: &Path) -> u64 {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return 0;
+    };
+    let name = path.to_string_lossy();
+    let (mut ours, mut kb) = (false, 0u64);
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().unwrap_or("");
+        let header =
+            range.contains('-') && range.split('-').all(|h| u64::from_str_radix(h, 16).is_ok());
+        if header {
+            ours = line.ends_with(name.as_ref());
+        } else if let Some(v) = line.strip_prefix("Rss:").filter(|_| ours) {
+            kb += v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0);
+        }
+    }
+    kb * 1024
+}
+
 fn page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     // SAFETY: sysconf has no preconditions.

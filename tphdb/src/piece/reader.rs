@@ -363,7 +363,15 @@ impl PieceReader {
     /// checked as it goes, the section's checksum at the end: on an error
     /// `f` may have seen entries of a damaged section, and the caller must
     /// discard what it made of them.
-    pub(crate) fn for_each_key_hash(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
+    pub(crate) fn for_each_key_hash(&self, f: impl FnMut(u64, u64)) -> Result<()> {
+        let result = self.for_each_key_hash_chunked(f);
+        // The chunks were let go of as they were read, but the kernel maps
+        // the pages around each one read too.
+        self.release_mapped_pages();
+        result
+    }
+
+    fn for_each_key_hash_chunked(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
         let section = self
             .sections
             .iter()
@@ -597,9 +605,9 @@ pub struct PieceIter<'a> {
 
 impl Drop for PieceIter<'_> {
     fn drop(&mut self) {
-        if let Some((start, len)) = self.window.take() {
-            self.reader.file.done_with(start, len);
-        }
+        // Each window was let go of as the next was read; this also drops
+        // the pages the kernel mapped around them.
+        self.reader.release_mapped_pages();
     }
 }
 
@@ -670,5 +678,33 @@ impl Iterator for PieceIter<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{mapped_resident_bytes, PosixFs, ReadMode};
+    use crate::piece::{write_piece, EntryRef, PieceOptions};
+
+    #[test]
+    fn reading_every_key_hash_leaves_no_mapped_page_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hashes.ph");
+        let keys: Vec<Vec<u8>> = (0..100_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let entries: Vec<EntryRef<'_>> = keys
+            .iter()
+            .map(|k| EntryRef {
+                key: k,
+                value: Some(b"value"),
+                seq: 1,
+            })
+            .collect();
+        write_piece(&PosixFs, &path, &entries, &PieceOptions::default()).unwrap();
+        let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
+        let mut n = 0;
+        r.for_each_key_hash(|_, _| n += 1).unwrap();
+        assert_eq!(n, keys.len());
+        assert_eq!(mapped_resident_bytes(&path), 0);
     }
 }
