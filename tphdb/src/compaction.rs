@@ -203,26 +203,39 @@ pub(crate) fn pick(
     push.map(Work::PushDown)
 }
 
-/// The TPH above the bottom furthest past `tph_target_bytes` that no job
-/// owns, with none of its children owned either.
+/// The TPH above the bottom furthest past its push-down threshold that no
+/// job owns, with none of its children owned either.
 fn most_urgent_push_down(shape: &Shape, running: &Running, policy: &Policy) -> Option<TphId> {
-    let mut best: Option<(u64, TphId)> = None;
+    let mut best: Option<(f64, TphId)> = None;
     for level in 1..shape.depth {
         if level == 1 && running.all_of_level1 {
             continue;
         }
         for (&partition, tph) in &shape.levels[level as usize - 1] {
             let id = TphId { level, partition };
-            if tph.live_data_bytes > policy.tph_target_bytes
-                && best.is_none_or(|(b, _)| tph.live_data_bytes > b)
+            let threshold = push_down_threshold(policy.tph_target_bytes, shape.fanout, partition);
+            let score = tph.live_data_bytes as f64 / threshold.max(1) as f64;
+            if tph.live_data_bytes > threshold
+                && best.is_none_or(|(b, _)| score > b)
                 && !running.tphs.contains(&id)
                 && shape.children(id).all(|c| !running.tphs.contains(&c))
             {
-                best = Some((tph.live_data_bytes, id));
+                best = Some((score, id));
             }
         }
     }
     best.map(|(_, id)| id)
+}
+
+/// The size past which TPH `partition` of a level above the bottom is
+/// pushed down: from half of `target` up to `target`, by its place among
+/// its siblings. The TPHs of a level receive equal shares of every merge
+/// into it, so with one threshold for all they came due together, and
+/// their push-downs held level 1 away from level 0 for long enough that
+/// writes were paced to a fifth of their rate every 25 s of a fill.
+pub(crate) fn push_down_threshold(target: u64, fanout: u64, partition: u64) -> u64 {
+    let f = fanout.max(1);
+    target / 2 + target / 2 / f * (partition % f + 1)
 }
 
 /// The oldest level-0 TPHs whose merge fits a job's memory in as many
@@ -462,6 +475,18 @@ mod tests {
         // Without level 0 due, push-downs run whatever the count.
         running.level1_pushes_since_l0 = 5;
         assert_eq!(pick(&shape(3, &[(0, 150)]), 0, &running, &p), pushed(0));
+    }
+
+    #[test]
+    fn siblings_come_due_between_half_and_all_of_the_target() {
+        let t: Vec<u64> = (0..8).map(|p| push_down_threshold(256, 8, p)).collect();
+        assert_eq!(t, [144, 160, 176, 192, 208, 224, 240, 256]);
+        // By place among siblings, at every level.
+        assert_eq!(push_down_threshold(256, 8, 8), t[0]);
+        assert_eq!(push_down_threshold(256, 8, 63), t[7]);
+        // With fanout 2 (the tests' shapes): 75 and 100.
+        assert_eq!(push_down_threshold(100, 2, 0), 75);
+        assert_eq!(push_down_threshold(100, 2, 1), 100);
     }
 
     #[test]

@@ -381,7 +381,10 @@ impl Inner {
             partition,
             bottom,
             max_pieces: self.opts.effective_max_pieces(),
-            push_past_bytes: (level >= 1 && !bottom).then_some(self.opts.tph_target_bytes),
+            push_past_bytes: (level >= 1 && !bottom).then(|| {
+                let fanout = u64::from(self.opts.fanout);
+                compaction::push_down_threshold(self.opts.tph_target_bytes, fanout, partition)
+            }),
             min_live_ratio: self.opts.min_live_ratio,
             new_number: number,
             // The other half of the job's share, in 8-byte hashes.

@@ -69,9 +69,10 @@ pub struct Options {
     /// Deepest level, level 0 not counted (6; 1..=16, and
     /// `fanout^max_levels <= 2^32`).
     pub max_levels: u32,
-    /// A TPH above the bottom level is pushed down past this many bytes
-    /// (256 MiB); the bottom level gets a level below it once its TPHs
-    /// average more than this.
+    /// A TPH above the bottom level is pushed down past at most this many
+    /// bytes (256 MiB; siblings between half and all of it, so that they
+    /// do not all come due at once); the bottom level gets a level below
+    /// it once its TPHs average more than this.
     pub tph_target_bytes: u64,
     /// Level-0 TPHs that trigger a compaction into level 1 (4).
     pub l0_compaction_trigger: usize,
