@@ -188,15 +188,16 @@ pub(crate) fn pick(
     if !running.flush && frozen_memtables > 0 && !flush_blocked {
         return Some(Work::Flush);
     }
-    let l0_due = !policy.one_level
-        && shape.l0.len() >= policy.l0_compaction_trigger
-        && !running.level1_busy();
-    let push = most_urgent_push_down(shape, running, policy);
-    if l0_due {
-        let level1_turn = running.level1_pushes_since_l0 < policy.background_threads.max(1)
-            && shape.l0.len() < policy.l0_slowdown_trigger;
+    let l0_waiting = !policy.one_level && shape.l0.len() >= policy.l0_compaction_trigger;
+    let level1_turn = running.level1_pushes_since_l0 < policy.background_threads.max(1)
+        && shape.l0.len() < policy.l0_slowdown_trigger;
+    // While level 0 waits, push-downs out of level 1 start only in their
+    // turn, also while another holds level 1: otherwise the threads could
+    // hand level 1 to each other until every due TPH had gone down.
+    let push = most_urgent_push_down(shape, running, policy, !l0_waiting || level1_turn);
+    if l0_waiting && !running.level1_busy() {
         return match push {
-            Some(id) if id.level == 1 && level1_turn => Some(Work::PushDown(id)),
+            Some(id) if id.level == 1 => Some(Work::PushDown(id)),
             _ => Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy))),
         };
     }
@@ -204,11 +205,17 @@ pub(crate) fn pick(
 }
 
 /// The TPH above the bottom furthest past its push-down threshold that no
-/// job owns, with none of its children owned either.
-fn most_urgent_push_down(shape: &Shape, running: &Running, policy: &Policy) -> Option<TphId> {
+/// job owns, with none of its children owned either; level 1's only if
+/// `level1`.
+fn most_urgent_push_down(
+    shape: &Shape,
+    running: &Running,
+    policy: &Policy,
+    level1: bool,
+) -> Option<TphId> {
     let mut best: Option<(f64, TphId)> = None;
     for level in 1..shape.depth {
-        if level == 1 && running.all_of_level1 {
+        if level == 1 && (running.all_of_level1 || !level1) {
             continue;
         }
         for (&partition, tph) in &shape.levels[level as usize - 1] {
@@ -467,6 +474,18 @@ mod tests {
         running.start(&l0, &s, &p);
         running.finish(&l0, 2, &p);
         assert_eq!(pick(&s, 0, &running, &p), pushed(0));
+        // While one push-down holds level 1, another starts only in its
+        // turn: with two started since the last level-0 compaction, none.
+        let mut two = Running::default();
+        for partition in [0, 1] {
+            two.start(
+                &pushed(partition).unwrap(),
+                &shape(4, &[(0, 150), (1, 120)]),
+                &p,
+            );
+        }
+        two.finish(&pushed(0).unwrap(), 2, &p);
+        assert_eq!(pick(&shape(4, &[(0, 150)]), 0, &two, &p), None);
         // From the slowdown trigger on, level 0 goes first.
         assert!(matches!(
             pick(&shape(8, &[(0, 150)]), 0, &Running::default(), &p),
