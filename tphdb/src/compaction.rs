@@ -5,10 +5,12 @@
 //!
 //! A job owns the TPHs it rewrites: a flush in one-level mode and a level-0
 //! compaction own all of level 1; pushing TPH `(i, p)` down owns it and its
-//! `fanout` children. Jobs on disjoint TPHs run in parallel.
+//! `fanout` children; a GC fold owns its TPH. Jobs on disjoint TPHs run in
+//! parallel.
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::tph::Garbage;
 use crate::version::{partitions_fit, Version};
 
 /// A TPH's place: level (1 or deeper) and partition.
@@ -26,6 +28,22 @@ pub(crate) struct TphSize {
     pub(crate) live_data_bytes: u64,
     /// Memory a merge of its live entries holds.
     pub(crate) merge_bytes: u64,
+    pub(crate) garbage: Garbage,
+}
+
+impl TphSize {
+    /// The share of its stored bytes a fold of all its pieces would free:
+    /// dead entries, and at the bottom also live tombstones.
+    fn garbage_share(&self, bottom: bool) -> f64 {
+        let g = &self.garbage;
+        let freed = g.dead_bytes + if bottom { g.live_tombstone_bytes } else { 0 };
+        freed as f64 / g.data_bytes.max(1) as f64
+    }
+
+    /// The share of its live keys that are tombstones.
+    fn tombstone_share(&self) -> f64 {
+        self.garbage.live_tombstones as f64 / self.garbage.live_entries.max(1) as f64
+    }
 }
 
 /// The sizes of a version's TPHs, by place.
@@ -46,6 +64,7 @@ impl Shape {
             head: t.head_number(),
             live_data_bytes: t.live_data_bytes(),
             merge_bytes: merge_bytes(t),
+            garbage: t.garbage(),
         };
         Shape {
             fanout: v.layout.fanout,
@@ -89,6 +108,9 @@ pub(crate) struct Policy {
     /// Jobs that run at once: the push-downs out of level 1 that may start
     /// between two level-0 compactions.
     pub(crate) background_threads: usize,
+    /// The garbage share past which a TPH is collected when nothing more
+    /// urgent is due (see [`collect_garbage`]).
+    pub(crate) gc_dead_ratio: f64,
 }
 
 /// A job to start.
@@ -100,6 +122,8 @@ pub(crate) enum Work {
     L0ToL1(Vec<u64>),
     /// Move a TPH into its children.
     PushDown(TphId),
+    /// Fold every piece of a TPH into one, dropping what is dead.
+    Gc(TphId),
 }
 
 /// The jobs running, by what they own.
@@ -113,6 +137,8 @@ pub(crate) struct Running {
     pub(crate) tphs: HashSet<TphId>,
     /// Push-downs out of level 1 started since the last level-0 compaction.
     pub(crate) level1_pushes_since_l0: usize,
+    /// A GC fold runs (one at a time).
+    pub(crate) gc: bool,
 }
 
 impl Running {
@@ -139,6 +165,11 @@ impl Running {
                 self.tphs.insert(*id);
                 self.tphs.extend(shape.children(*id));
             }
+            Work::Gc(id) => {
+                debug_assert!(!self.gc && !self.tphs.contains(id));
+                self.gc = true;
+                self.tphs.insert(*id);
+            }
         }
     }
 
@@ -162,12 +193,27 @@ impl Running {
                     });
                 }
             }
+            Work::Gc(id) => {
+                self.gc = false;
+                self.tphs.remove(id);
+            }
         }
+    }
+
+    /// Whether a job may rewrite TPH `id` alone.
+    fn may_take(&self, id: TphId) -> bool {
+        let level1_held = id.level == 1 && self.all_of_level1;
+        !level1_held && !self.tphs.contains(&id)
+    }
+
+    /// Whether a job may push TPH `id` into its children.
+    fn may_push(&self, shape: &Shape, id: TphId) -> bool {
+        self.may_take(id) && shape.children(id).all(|c| !self.tphs.contains(&c))
     }
 }
 
 /// The job to start next, if any: flushes first (writers wait for them),
-/// then compactions.
+/// then compactions, then garbage collection.
 ///
 /// A level-0 compaction and a push-down out of level 1 both own level-1
 /// TPHs, so they take turns: while level 0 is due but below
@@ -201,7 +247,55 @@ pub(crate) fn pick(
             _ => Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy))),
         };
     }
-    push.map(Work::PushDown)
+    let flush_waiting = frozen_memtables > 0 && !running.flush;
+    match push {
+        Some(id) => Some(Work::PushDown(id)),
+        None if l0_waiting || flush_waiting || running.gc => None,
+        None => collect_garbage(shape, running, policy),
+    }
+}
+
+/// Work that frees space, once nothing else is due, one job at a time.
+/// Deletes and overwrites leave garbage that merges fold away only when new
+/// writes reach the TPH that holds it; this frees it without them:
+/// - level 0, once a TPH of it holds mostly tombstones, compacts early;
+/// - a TPH above the bottom whose live keys are mostly tombstones is
+///   pushed down, so they meet what they delete;
+/// - a TPH whose garbage (replaced entries, and at the bottom live
+///   tombstones) passes `gc_dead_ratio` of its bytes has its pieces with
+///   the most garbage folded, as many as a job's memory holds
+///   ([`pick_gc_victims`]).
+///
+/// Each step ends what made it due or brings it closer: level 0 empties,
+/// the pushed TPH leaves its level, and every fold removes replaced
+/// entries or, once there are none, tombstones.
+fn collect_garbage(shape: &Shape, running: &Running, policy: &Policy) -> Option<Work> {
+    let ratio = policy.gc_dead_ratio;
+    if !policy.one_level
+        && !running.level1_busy()
+        && shape.l0.iter().any(|t| t.tombstone_share() > ratio)
+    {
+        return Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy)));
+    }
+    let mut best: Option<(f64, Work)> = None;
+    let mut consider = |score: f64, work: Work| {
+        if score > ratio && best.as_ref().is_none_or(|(b, _)| score > *b) {
+            best = Some((score, work));
+        }
+    };
+    for level in 1..=shape.depth {
+        let bottom = level == shape.depth;
+        for (&partition, tph) in &shape.levels[level as usize - 1] {
+            let id = TphId { level, partition };
+            if !bottom && running.may_push(shape, id) {
+                consider(tph.tombstone_share(), Work::PushDown(id));
+            }
+            if running.may_take(id) {
+                consider(tph.garbage_share(bottom), Work::Gc(id));
+            }
+        }
+    }
+    best.map(|(_, work)| work)
 }
 
 /// The TPH above the bottom furthest past its push-down threshold that no
@@ -224,8 +318,7 @@ fn most_urgent_push_down(
             let score = tph.live_data_bytes as f64 / threshold.max(1) as f64;
             if tph.live_data_bytes > threshold
                 && best.is_none_or(|(b, _)| score > b)
-                && !running.tphs.contains(&id)
-                && shape.children(id).all(|c| !running.tphs.contains(&c))
+                && running.may_push(shape, id)
             {
                 best = Some((score, id));
             }
@@ -276,6 +369,7 @@ pub(crate) struct PieceLife {
     pub(crate) entries: u64,
     /// Data bytes of the live entries: what folding it rewrites.
     pub(crate) live_bytes: u64,
+    pub(crate) garbage: Garbage,
 }
 
 /// Which pieces (oldest first) a merge folds into the piece it writes: any
@@ -311,6 +405,54 @@ pub(crate) fn pick_victims(
             victim[i] = true;
             excess -= 1;
         }
+    }
+    victim
+}
+
+/// Which pieces (oldest first) a GC fold folds: those with replaced
+/// entries, the largest dead share first, then at the bottom those with
+/// live tombstones, the most first; as many as fit `input_bytes` of merge
+/// memory (at least one). Pieces with no garbage stay.
+///
+/// Each fold makes progress: while any piece has replaced entries one of
+/// them is folded, and the new piece has none; once none has, no tombstone
+/// at the bottom hides anything (it would hide a replaced entry), so the
+/// folded pieces' tombstones all go. A TPH therefore reaches no garbage in
+/// a bounded number of folds, however the estimates of bytes err.
+pub(crate) fn pick_gc_victims(pieces: &[PieceLife], bottom: bool, input_bytes: u64) -> Vec<bool> {
+    let dead_share =
+        |p: &PieceLife| p.garbage.dead_bytes as f64 / p.garbage.data_bytes.max(1) as f64;
+    let mut order: Vec<usize> = (0..pieces.len())
+        .filter(|&i| {
+            let p = &pieces[i];
+            p.live > 0 && (p.garbage.has_dead(p.entries) || bottom && p.garbage.live_tombstones > 0)
+        })
+        .collect();
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (&pieces[a], &pieces[b]);
+        let key = |p: &PieceLife| {
+            (
+                p.garbage.has_dead(p.entries),
+                dead_share(p),
+                p.garbage.live_tombstones,
+            )
+        };
+        let (ka, kb) = (key(pa), key(pb));
+        kb.0.cmp(&ka.0)
+            .then(kb.1.total_cmp(&ka.1))
+            .then(kb.2.cmp(&ka.2))
+            .then(a.cmp(&b))
+    });
+    let mut victim = vec![false; pieces.len()];
+    let mut used = 0u64;
+    for i in order {
+        let p = &pieces[i];
+        let cost = p.live_bytes + p.live * crate::tph::MERGE_BYTES_PER_ENTRY;
+        if used > 0 && used.saturating_add(cost) > input_bytes {
+            break;
+        }
+        used = used.saturating_add(cost).max(1);
+        victim[i] = true;
     }
     victim
 }
@@ -354,6 +496,7 @@ mod tests {
             l0_slowdown_trigger: 8,
             job_input_bytes: 1000,
             background_threads: 2,
+            gc_dead_ratio: 0.5,
         }
     }
 
@@ -362,6 +505,11 @@ mod tests {
             head,
             live_data_bytes,
             merge_bytes: live_data_bytes * 2,
+            garbage: Garbage {
+                data_bytes: live_data_bytes,
+                live_entries: live_data_bytes / 10,
+                ..Garbage::default()
+            },
         }
     }
 
@@ -532,7 +680,166 @@ mod tests {
             live,
             entries,
             live_bytes,
+            garbage: Garbage::default(),
         }
+    }
+
+    /// `tph(head, live)` with `dead` more bytes of replaced entries and
+    /// `tombstones` of its live keys (of `live / 10`) tombstones.
+    fn with_garbage(head: u64, live: u64, dead: u64, tombstones: u64) -> TphSize {
+        let mut t = tph(head, live);
+        t.garbage.data_bytes += dead;
+        t.garbage.dead_bytes = dead;
+        t.garbage.live_tombstones = tombstones;
+        t.garbage.live_tombstone_bytes = tombstones;
+        t
+    }
+
+    #[test]
+    fn garbage_is_collected_once_nothing_else_is_due() {
+        let p = policy();
+        let mut s = shape(0, &[(0, 50)]);
+        // Level 2 (the bottom): 60 of 100 bytes dead.
+        s.levels[1].insert(1, with_garbage(7, 40, 60, 0));
+        let gc = Some(Work::Gc(TphId {
+            level: 2,
+            partition: 1,
+        }));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), gc);
+        // Below the ratio: nothing to do.
+        s.levels[1].insert(1, with_garbage(7, 60, 40, 0));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+        // At the bottom, live tombstones are garbage too.
+        s.levels[1].insert(1, with_garbage(7, 60, 40, 20));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), gc);
+
+        // A waiting flush, a level 0 that is due and a push-down go first.
+        assert_eq!(pick(&s, 1, &Running::default(), &p), Some(Work::Flush));
+        let mut running = Running::default();
+        running.start(&Work::Flush, &s, &p);
+        assert_eq!(pick(&s, 1, &running, &p), gc, "the flush runs");
+        let mut due = s.clone();
+        due.l0 = shape(4, &[]).l0;
+        assert!(matches!(
+            pick(&due, 0, &Running::default(), &p),
+            Some(Work::L0ToL1(_))
+        ));
+        running.all_of_level1 = true;
+        assert_eq!(pick(&due, 0, &running, &p), None, "level 0 waits");
+        s.levels[0].insert(0, tph(1, 150));
+        assert!(matches!(
+            pick(&s, 0, &Running::default(), &p),
+            Some(Work::PushDown(TphId { level: 1, .. }))
+        ));
+
+        // One fold at a time, and never of a TPH a job owns.
+        s.levels[0].insert(0, tph(1, 50));
+        let mut running = Running::default();
+        let work = pick(&s, 0, &running, &p).unwrap();
+        running.start(&work, &s, &p);
+        s.levels[1].insert(0, with_garbage(8, 10, 90, 0));
+        assert_eq!(pick(&s, 0, &running, &p), None);
+        running.finish(&work, 2, &p);
+        assert_eq!(running, Running::default());
+        running.start(
+            &Work::PushDown(TphId {
+                level: 1,
+                partition: 0,
+            }),
+            &s,
+            &p,
+        );
+        assert_eq!(pick(&s, 0, &running, &p), None, "both are children");
+        // The most garbage goes first.
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &p),
+            Some(Work::Gc(TphId {
+                level: 2,
+                partition: 0
+            }))
+        );
+        // Off at a ratio of one.
+        let off = Policy {
+            gc_dead_ratio: 1.0,
+            ..p
+        };
+        assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+    }
+
+    #[test]
+    fn tombstones_go_down_early_to_meet_what_they_delete() {
+        let p = policy();
+        // Above the bottom, tombstones hide what lies below: not garbage.
+        let mut s = shape(0, &[(0, 50)]);
+        s.levels[0].insert(0, with_garbage(1, 50, 0, 2));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+        // Mostly tombstones (of 5 live keys): pushed down.
+        s.levels[0].insert(0, with_garbage(1, 50, 0, 3));
+        let push = Some(Work::PushDown(TphId {
+            level: 1,
+            partition: 0,
+        }));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), push);
+        // A level 0 of mostly tombstones compacts below its trigger, first.
+        s.l0 = vec![tph(101, 10), tph(100, 10)];
+        assert_eq!(pick(&s, 0, &Running::default(), &p), push);
+        s.l0[0] = with_garbage(101, 10, 0, 1);
+        assert_eq!(
+            pick(&s, 0, &Running::default(), &p),
+            Some(Work::L0ToL1(vec![100, 101]))
+        );
+    }
+
+    /// A piece of `entries` entries of 10 bytes, `live` of them live,
+    /// `tombstones` of those tombstones.
+    fn piece(live: u64, entries: u64, tombstones: u64) -> PieceLife {
+        PieceLife {
+            live,
+            entries,
+            live_bytes: live * 10,
+            garbage: Garbage {
+                data_bytes: entries * 10,
+                dead_bytes: (entries - live) * 10,
+                live_entries: live,
+                live_tombstones: tombstones,
+                live_tombstone_bytes: tombstones * 10,
+            },
+        }
+    }
+
+    #[test]
+    fn gc_folds_replaced_entries_first_within_the_memory_bound() {
+        let per_entry = crate::tph::MERGE_BYTES_PER_ENTRY + 10;
+        let pieces = [
+            piece(10, 10, 0), // no garbage: stays
+            piece(5, 10, 5),  // half dead, tombstones
+            piece(2, 10, 0),  // most dead
+            piece(8, 8, 8),   // only tombstones
+            piece(0, 10, 0),  // dead: goes without a fold
+        ];
+        // Room for everything: every piece with garbage.
+        let all = pick_gc_victims(&pieces, true, u64::MAX);
+        assert_eq!(all, [false, true, true, true, false]);
+        // Above the bottom tombstones are not garbage.
+        let above = pick_gc_victims(&pieces, false, u64::MAX);
+        assert_eq!(above, [false, true, true, false, false]);
+        // Room for one: the largest dead share.
+        let one = pick_gc_victims(&pieces, true, 2 * per_entry);
+        assert_eq!(one, [false, false, true, false, false]);
+        // At least one, however large.
+        assert_eq!(pick_gc_victims(&pieces, true, 1), one);
+        // Then the next dead share.
+        assert_eq!(
+            pick_gc_victims(&pieces, true, 7 * per_entry),
+            [false, true, true, false, false]
+        );
+        // With nothing replaced, the tombstones, the most first.
+        let tombstones = [piece(4, 4, 1), piece(6, 6, 3), piece(5, 5, 0)];
+        assert_eq!(pick_gc_victims(&tombstones, true, 1), [false, true, false]);
+        assert_eq!(
+            pick_gc_victims(&tombstones, false, u64::MAX),
+            [false, false, false]
+        );
     }
 
     #[test]

@@ -7,15 +7,9 @@ use std::sync::Arc;
 
 use tphdb::{Error, IteratorMode, Options, DB};
 
-fn small() -> Options {
-    Options {
-        write_buffer_bytes: 256 << 10,
-        tph_target_bytes: 256 << 10,
-        fanout: 4,
-        l0_compaction_trigger: 2,
-        ..Options::default()
-    }
-}
+mod common;
+
+use common::small;
 
 fn key(i: u64) -> Vec<u8> {
     format!("key{:08}", i.wrapping_mul(0x9e37_79b9) % 1_000_000).into_bytes()

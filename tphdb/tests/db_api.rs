@@ -8,15 +8,9 @@ use tphdb::{
     Direction, Error, IteratorMode, Options, ReadOptions, SyncPolicy, WriteBatch, WriteOptions, DB,
 };
 
-fn small() -> Options {
-    Options {
-        write_buffer_bytes: 256 << 10,
-        tph_target_bytes: 256 << 10,
-        fanout: 4,
-        l0_compaction_trigger: 2,
-        ..Options::default()
-    }
-}
+mod common;
+
+use common::small;
 
 fn collect(
     it: impl Iterator<Item = tphdb::Result<(bytes::Bytes, bytes::Bytes)>>,

@@ -1,6 +1,6 @@
 //! The engine against a `BTreeMap` model: random operation sequences in
 //! every mode, with memtables small enough that every path runs (flushes,
-//! level-0 merges, push-downs, GC, reopen from MANIFEST and WAL).
+//! level-0 merges, push-downs, GC folds, reopen from MANIFEST and WAL).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +23,10 @@ enum Mode {
     /// slow rate, and stops at its fourth: writes wait and go on while
     /// compactions run.
     Paced,
+    /// Leveled, collecting garbage at a low share: level 0 and TPHs with a
+    /// few tombstones go down early, and TPHs with a little garbage are
+    /// folded whole whenever the background is free.
+    Collected,
 }
 
 fn options(mode: Mode, fs: &MemFs) -> Options {
@@ -39,6 +43,11 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         max_pieces: 3,
         one_level: matches!(mode, Mode::OneLevel),
         single_tier: matches!(mode, Mode::SingleTier),
+        gc_dead_ratio: if matches!(mode, Mode::Collected) {
+            0.05
+        } else {
+            Options::default().gc_dead_ratio
+        },
         background_threads: 2,
         page_size_bytes: 512,
         read_mode: if matches!(mode, Mode::ParallelReads) {
@@ -367,5 +376,10 @@ proptest! {
     #[test]
     fn paced_writes_match_a_model(ops in prop::collection::vec(op(), 1..400)) {
         run(Mode::Paced, ops);
+    }
+
+    #[test]
+    fn garbage_collection_matches_a_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(Mode::Collected, ops);
     }
 }

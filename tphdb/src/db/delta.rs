@@ -15,11 +15,8 @@ use super::Inner;
 use crate::error::Result;
 use crate::hash::partition_of;
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph};
+use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph, MERGE_BYTES_PER_ENTRY};
 use crate::version::Version;
-
-/// Memory an entry of a compaction's input costs beyond its key and value.
-const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
 /// each entry costs (in the inputs, the merged list and a partition's).

@@ -31,8 +31,12 @@ pub(crate) enum Job {
     L0ToL1(Vec<u64>),
     /// Move a TPH into its children.
     PushDown(TphId),
-    /// Fold every piece of a bottom TPH into one (manual compaction).
+    /// Fold the pieces of a TPH with the most garbage, as many as fit a
+    /// job's input memory.
     Gc(TphId),
+    /// Fold every piece of a bottom TPH into one (a manual compaction's
+    /// last step).
+    FoldAll(TphId),
 }
 
 impl Job {
@@ -43,7 +47,7 @@ impl Job {
             Job::Flush(_) => JobCause::Flush,
             Job::L0ToL1(_) => JobCause::L0Merge,
             Job::PushDown(_) => JobCause::PushDown,
-            Job::Gc(_) => JobCause::Gc,
+            Job::Gc(_) | Job::FoldAll(_) => JobCause::Gc,
         }
     }
 
@@ -54,7 +58,8 @@ impl Job {
             Job::Flush(_) => Some(Work::Flush),
             Job::L0ToL1(heads) => Some(Work::L0ToL1(heads.clone())),
             Job::PushDown(id) => Some(Work::PushDown(*id)),
-            Job::Gc(_) => None,
+            Job::Gc(id) => Some(Work::Gc(*id)),
+            Job::FoldAll(_) => None,
         }
     }
 }
@@ -161,6 +166,7 @@ impl Inner {
             Work::Flush => Job::Flush(st.imms.iter().cloned().collect()),
             Work::L0ToL1(heads) => Job::L0ToL1(heads),
             Work::PushDown(id) => Job::PushDown(id),
+            Work::Gc(id) => Job::Gc(id),
         })
     }
 
@@ -321,12 +327,16 @@ impl Inner {
                 change.edit.remove.push((level, p));
                 change.retire(&inputs[0]);
             }
-            Job::Gc(id) => {
+            Job::Gc(id) | Job::FoldAll(id) => {
                 let (level, p) = (id.level, id.partition);
                 if let Some(base) = version.tph(level, p) {
                     let number = self.new_file_number()?;
                     let mut ctx = self.merge_context(level, p, level == version.depth, number);
-                    ctx.max_pieces = 1;
+                    if matches!(job, Job::Gc(_)) {
+                        ctx.gc_input_bytes = Some(self.job_input_bytes());
+                    } else {
+                        ctx.max_pieces = 1;
+                    }
                     change.add(level, p, merge(&ctx, Some(base), Vec::new())?);
                 }
             }
@@ -386,6 +396,7 @@ impl Inner {
                 compaction::push_down_threshold(self.opts.tph_target_bytes, fanout, partition)
             }),
             min_live_ratio: self.opts.min_live_ratio,
+            gc_input_bytes: None,
             new_number: number,
             // The other half of the job's share, in 8-byte hashes.
             index_batch_keys: (self.opts.job_memory_bytes() / 2 / 8).max(1) as usize,
@@ -562,7 +573,7 @@ impl Inner {
                 }
             }
             for partition in partitions(depth) {
-                self.execute(&Job::Gc(TphId {
+                self.execute(&Job::FoldAll(TphId {
                     level: depth,
                     partition,
                 }))?;

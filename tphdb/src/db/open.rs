@@ -239,6 +239,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             l0_slowdown_trigger: opts.l0_slowdown_trigger,
             job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
             background_threads: opts.background_threads,
+            gc_dead_ratio: opts.gc_dead_ratio,
         },
         piece_options: piece_options(&opts),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(

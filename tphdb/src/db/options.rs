@@ -156,6 +156,14 @@ pub struct Options {
     /// Pieces whose live fraction falls below this are folded at the next
     /// compaction of their TPH (0.3).
     pub min_live_ratio: f64,
+    /// A TPH whose garbage passes this share of its bytes is folded whole
+    /// once the background has nothing more urgent to do (0.5): dead
+    /// entries count, and at the bottom also tombstones. Level 0 and the
+    /// TPHs above the bottom whose live keys are more than this share
+    /// tombstones are compacted early, so deletes reach what they delete.
+    /// A fold writes at most `1 - gc_dead_ratio` bytes per byte it frees;
+    /// 1.0 turns this collection off.
+    pub gc_dead_ratio: f64,
     /// File system to use (none: the real one, [`crate::fs::PosixFs`]).
     pub file_system: Option<Arc<dyn FileSystem>>,
 }
@@ -195,6 +203,7 @@ impl Default for Options {
             align_blocks: false,
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,
+            gc_dead_ratio: 0.5,
             file_system: None,
         }
     }
@@ -235,6 +244,7 @@ impl fmt::Debug for Options {
             .field("align_blocks", &self.align_blocks)
             .field("manifest_max_bytes", &self.manifest_max_bytes)
             .field("min_live_ratio", &self.min_live_ratio)
+            .field("gc_dead_ratio", &self.gc_dead_ratio)
             .field("file_system", &self.file_system)
             .finish()
     }
@@ -299,6 +309,9 @@ impl Options {
         self.phf_config().validate()?;
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
+        }
+        if !(self.gc_dead_ratio > 0.0 && self.gc_dead_ratio <= 1.0) {
+            return bad("gc_dead_ratio must be in (0, 1]");
         }
         if self.background_threads == 0 {
             return bad("background_threads must be at least 1");

@@ -54,7 +54,8 @@ pub(crate) enum JobCause {
     Flush,
     L0Merge,
     PushDown,
-    /// A manual fold of a bottom TPH into one piece.
+    /// A fold of every piece of a TPH into one: garbage collection, or the
+    /// last step of a manual compaction.
     Gc,
 }
 
@@ -106,6 +107,12 @@ pub struct LevelStats {
     pub file_bytes: u64,
     /// Estimated bytes of live entries.
     pub live_bytes: u64,
+    /// Live keys whose newest version is a tombstone, estimated.
+    pub live_tombstones: u64,
+    /// Estimated bytes a fold of every piece would free: replaced entries,
+    /// and at the bottom level also live tombstones (the GC job folds a
+    /// TPH once this passes `Options::gc_dead_ratio` of its data).
+    pub garbage_bytes: u64,
     /// In-memory index bytes of the level.
     pub index_bytes: u64,
 }
@@ -126,7 +133,7 @@ pub struct WriteBreakdown {
     /// New data that push-downs wrote into the level below.
     pub push_down: u64,
     /// Live entries rewritten because the pieces that held them were
-    /// folded (`max_pieces`, `min_live_ratio`, manual compaction).
+    /// folded (`max_pieces`, `min_live_ratio`, GC jobs, manual compaction).
     pub gc_fold: u64,
     /// The TPHs' global indexes, rewritten into every new head piece.
     pub index: u64,
@@ -326,6 +333,12 @@ impl Inner {
                 ls.stored_entries += t.stored_entries();
                 ls.file_bytes += t.file_bytes();
                 ls.live_bytes += t.live_data_bytes();
+                let g = t.garbage();
+                ls.live_tombstones += g.live_tombstones;
+                ls.garbage_bytes += g.dead_bytes;
+                if level as u32 == v.depth {
+                    ls.garbage_bytes += g.live_tombstone_bytes;
+                }
             }
             stored += ls.stored_entries;
             levels.push(ls);
@@ -454,20 +467,22 @@ impl DBStats {
     /// The per-level structure as a table.
     pub fn level_table(&self) -> String {
         let mut s = String::from(
-            "level  tphs  empty  pieces      live    stored   file MiB  live MiB  index KiB\n",
+            "level  tphs  empty  pieces      live    stored  tombstones   file MiB  live MiB  garbage MiB  index KiB\n",
         );
         for l in &self.levels {
             let _ = writeln!(
                 s,
-                "{:>5} {:>5} {:>6} {:>7} {:>9} {:>9} {:>10.1} {:>9.1} {:>10.1}",
+                "{:>5} {:>5} {:>6} {:>7} {:>9} {:>9} {:>11} {:>10.1} {:>9.1} {:>12.1} {:>10.1}",
                 l.level,
                 l.tphs,
                 l.empty_partitions,
                 l.pieces,
                 l.live_entries,
                 l.stored_entries,
+                l.live_tombstones,
                 l.file_bytes as f64 / 1048576.0,
                 l.live_bytes as f64 / 1048576.0,
+                l.garbage_bytes as f64 / 1048576.0,
                 l.index_bytes as f64 / 1024.0
             );
         }

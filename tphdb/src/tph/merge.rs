@@ -16,8 +16,8 @@ use super::index::{bits_for, Exception, GlobalIndex, SlotTable};
 use super::meta::{
     TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS,
 };
-use super::{piece_file_name, PieceFile, PieceReads, Tph};
-use crate::compaction::{pick_victims, PieceLife};
+use super::{piece_file_name, piece_garbage, PieceFile, PieceReads, Tph};
+use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
@@ -84,6 +84,10 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) push_past_bytes: Option<u64>,
     /// Pieces with a smaller live fraction are folded (space reclamation).
     pub(crate) min_live_ratio: f64,
+    /// A GC fold: the pieces to fold are those with the most garbage whose
+    /// live entries fit this memory (at least one), not those
+    /// `max_pieces` and `min_live_ratio` choose.
+    pub(crate) gc_input_bytes: Option<u64>,
     /// File number for the new head piece.
     pub(crate) new_number: u64,
     /// Key hashes the global index build holds at once (8 bytes each):
@@ -153,6 +157,10 @@ pub(crate) enum MergeOutcome {
 /// Merges `delta` (distinct keys, sorted) into `base` and writes the new
 /// head piece. Runs in the current rayon pool.
 ///
+/// Memory an entry of a merge's input or of a fold costs beyond its key and
+/// value: in the inputs, the merged list and a partition's.
+pub(crate) const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
+
 /// Memory: the delta and what the new piece writes (the job's input), one
 /// bit per slot of the base index, and the new index as it is built;
 /// the base's keys are streamed from its pieces' key-hash sections, and the
@@ -178,14 +186,18 @@ pub(crate) fn merge(
             live,
             entries: p.properties().entry_count,
             live_bytes: p.properties().data_bytes_of(live),
+            garbage: piece_garbage(p.properties(), live),
         })
         .collect();
-    let victim = pick_victims(
-        &lives,
-        max_pieces(ctx, base, &delta),
-        ctx.min_live_ratio,
-        !delta.is_empty(),
-    );
+    let victim = match ctx.gc_input_bytes {
+        Some(input_bytes) => pick_gc_victims(&lives, ctx.bottom, input_bytes),
+        None => pick_victims(
+            &lives,
+            max_pieces(ctx, base, &delta),
+            ctx.min_live_ratio,
+            !delta.is_empty(),
+        ),
+    };
     let changed = !delta.is_empty() || dead.iter().any(|&d| d) || victim.iter().any(|&v| v);
     if !changed {
         return Ok(MergeOutcome::Unchanged);

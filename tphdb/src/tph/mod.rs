@@ -26,7 +26,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use cursor::TphCursor;
-pub(crate) use merge::{merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats};
+pub(crate) use merge::{
+    merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, MERGE_BYTES_PER_ENTRY,
+};
 
 use self::index::GlobalIndex;
 use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
@@ -135,6 +137,77 @@ impl Drop for PieceFile {
             // Best effort: a file left behind is found and removed at open.
             let _ = self.fs.remove(&self.path);
         }
+    }
+}
+
+/// What a TPH holds besides live values: the bytes a GC fold may free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Garbage {
+    /// Data bytes of every stored entry, live or not.
+    pub(crate) data_bytes: u64,
+    /// Data bytes of entries a newer one replaced.
+    pub(crate) dead_bytes: u64,
+    /// Live keys, tombstones included.
+    pub(crate) live_entries: u64,
+    /// Live keys whose newest version is a tombstone. Above the bottom they
+    /// hide older versions below; at the bottom they only hide the dead
+    /// entries of older pieces of the TPH, and a fold of every piece
+    /// drops them.
+    pub(crate) live_tombstones: u64,
+    /// Data bytes of the live tombstones.
+    pub(crate) live_tombstone_bytes: u64,
+}
+
+impl Garbage {
+    fn add(&mut self, o: &Garbage) {
+        self.data_bytes += o.data_bytes;
+        self.dead_bytes += o.dead_bytes;
+        self.live_entries += o.live_entries;
+        self.live_tombstones += o.live_tombstones;
+        self.live_tombstone_bytes += o.live_tombstone_bytes;
+    }
+
+    /// Whether some entry was replaced.
+    pub(crate) fn has_dead(&self, stored_entries: u64) -> bool {
+        self.live_entries < stored_entries
+    }
+}
+
+/// The garbage of a piece with `live` live entries, estimated from its
+/// properties: which entries are live is not recorded, only how many.
+/// Taking the tombstones to be the live ones first errs towards
+/// collecting: deletes replace values, and a piece a fold wrote holds
+/// carried values beside tombstones. Counted pro rata, such a piece hid
+/// most of its dead bytes once its values were deleted too.
+pub(crate) fn piece_garbage(props: &crate::piece::PieceProperties, live: u64) -> Garbage {
+    let entries = props.entry_count.max(1);
+    let tombstones = props.tombstone_count.min(entries);
+    let live = live.min(entries);
+    let live_tombstones = tombstones.min(live);
+    let live_values = live - live_tombstones;
+    // An entry's bytes: its key and value bytes, plus an equal share of
+    // the rest of the data region (headers, slots, padding).
+    let overhead = props
+        .data_bytes
+        .saturating_sub(props.key_bytes + props.value_bytes) as f64
+        / entries as f64;
+    let key = props.key_bytes as f64 / entries as f64;
+    let value = props.value_bytes as f64 / (entries - tombstones).max(1) as f64;
+    let tombstone_bytes = live_tombstones as f64 * (key + overhead);
+    let live_bytes = tombstone_bytes + live_values as f64 * (key + value + overhead);
+    // Exactly none when nothing was replaced: a GC fold is due only where
+    // it has a piece to fold.
+    let dead_bytes = if live == entries {
+        0
+    } else {
+        props.data_bytes.saturating_sub(live_bytes.round() as u64)
+    };
+    Garbage {
+        data_bytes: props.data_bytes,
+        dead_bytes,
+        live_entries: live,
+        live_tombstones,
+        live_tombstone_bytes: (tombstone_bytes as u64).min(props.data_bytes),
     }
 }
 
@@ -278,6 +351,16 @@ impl Tph {
             .zip(&self.live_counts)
             .map(|(p, &live)| p.properties().data_bytes_of(live))
             .sum()
+    }
+
+    /// What the TPH stores beyond its live values, estimated piece by piece
+    /// (see [`piece_garbage`]).
+    pub(crate) fn garbage(&self) -> Garbage {
+        let mut g = Garbage::default();
+        for (p, &live) in self.pieces.iter().zip(&self.live_counts) {
+            g.add(&piece_garbage(p.properties(), live));
+        }
+        g
     }
 
     /// In-memory index bytes: `(global index, every piece's local index)`.

@@ -84,6 +84,7 @@ impl Harness {
             max_pieces: self.max_pieces,
             push_past_bytes: self.push_past_bytes,
             min_live_ratio: 0.2,
+            gc_input_bytes: None,
             new_number: self.next_number,
             index_batch_keys: 128,
         };
@@ -371,6 +372,36 @@ fn bottom_tombstones_disappear_once_nothing_older_remains() {
     h.check();
     h.check_files();
     assert!(h.tph.is_none(), "{:?}", h.tph);
+}
+
+/// A fold writes carried values beside tombstones into one piece; once
+/// those values are deleted too, the piece's garbage is its value bytes,
+/// not the half of its data that its dead share of entries suggests.
+#[test]
+fn garbage_counts_the_dead_values_beside_tombstones() {
+    let mut h = Harness::new(false, 1);
+    let value = vec![b'v'; 1000];
+    let values: BTreeMap<_, _> = (0..200).map(|i| (key(i), Some(value.clone()))).collect();
+    h.merge(&values);
+    let first: BTreeMap<_, _> = (0..100).map(|i| (key(i), None)).collect();
+    h.merge(&first);
+    let g = h.tph.as_ref().unwrap().garbage();
+    assert_eq!((g.live_entries, g.live_tombstones), (200, 100));
+    assert_eq!(g.dead_bytes, 0, "{g:?}");
+    h.max_pieces = 2;
+    let rest: BTreeMap<_, _> = (100..200).map(|i| (key(i), None)).collect();
+    h.merge(&rest);
+    h.check();
+    let tph = h.tph.as_ref().unwrap();
+    assert_eq!(tph.piece_count(), 2);
+    let g = tph.garbage();
+    assert_eq!((g.live_entries, g.live_tombstones), (200, 200));
+    assert!(g.dead_bytes >= 100 * 1000, "{g:?}");
+    assert!(
+        g.dead_bytes + g.live_tombstone_bytes <= g.data_bytes,
+        "{g:?}"
+    );
+    assert!(g.live_tombstone_bytes * 10 < g.data_bytes, "{g:?}");
 }
 
 #[test]

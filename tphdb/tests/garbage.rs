@@ -1,0 +1,115 @@
+//! Space comes back after deletes once the background settles, without
+//! new writes reaching the TPHs that hold the garbage.
+
+mod common;
+
+use common::small as options;
+use tphdb::{DBStats, Options, DB};
+
+const KEYS: u32 = 20_000;
+
+fn key(i: u32) -> String {
+    format!("key{i:06}")
+}
+
+fn value(i: u32) -> Vec<u8> {
+    let mut v = format!("value of {i} ").into_bytes();
+    v.resize(200, b'.');
+    v
+}
+
+/// Bytes of the files the current version reads.
+fn file_bytes(db: &DB) -> u64 {
+    db.stats().levels.iter().map(|l| l.file_bytes).sum()
+}
+
+/// Loads every key and settles: the data sits in levels below level 0.
+fn loaded(dir: &std::path::Path) -> (DB, u64) {
+    let db = DB::open(&options(), dir).unwrap();
+    for i in 0..KEYS {
+        db.put(key(i), value(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let stats = db.stats();
+    assert!(stats.levels.len() >= 3, "{:?}", stats.levels);
+    let bytes = file_bytes(&db);
+    (db, bytes)
+}
+
+/// Deletes the keys `deleted` picks, settles, and checks that at most
+/// `1 / at_most_one_in` of the loaded bytes are left.
+fn delete_and_settle(
+    db: &DB,
+    loaded_bytes: u64,
+    deleted: impl Fn(u32) -> bool,
+    at_most_one_in: u64,
+) -> DBStats {
+    for i in (0..KEYS).filter(|&i| deleted(i)) {
+        db.delete(key(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let left = file_bytes(db);
+    let stats = db.stats();
+    assert!(
+        left * at_most_one_in < loaded_bytes,
+        "{left} of {loaded_bytes} bytes left: {:#?}",
+        stats.levels
+    );
+    stats
+}
+
+#[test]
+fn deleting_every_key_gives_the_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, loaded_bytes) = loaded(dir.path());
+    let stats = delete_and_settle(&db, loaded_bytes, |_| true, 50);
+    assert!(stats.writes_by_cause.gc_fold > 0 || stats.pieces_dropped > 0);
+    assert_eq!(db.iterator(tphdb::IteratorMode::Start).count(), 0);
+    for i in (0..KEYS).step_by(97) {
+        assert_eq!(db.get(key(i)).unwrap(), None);
+    }
+}
+
+#[test]
+fn deleting_most_keys_folds_what_is_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, loaded_bytes) = loaded(dir.path());
+    // Three keys in five go: every bottom piece keeps two in five live.
+    let deleted = |i: u32| i % 5 < 3;
+    let stats = delete_and_settle(&db, loaded_bytes, deleted, 2);
+    assert!(stats.writes_by_cause.gc_fold > 0, "{stats:#?}");
+    let live: u64 = stats.levels.iter().map(|l| l.live_entries).sum();
+    let stored: u64 = stats.levels.iter().map(|l| l.stored_entries).sum();
+    assert_eq!(live, stored, "{:#?}", stats.levels);
+    for i in 0..KEYS {
+        let want = (!deleted(i)).then(|| value(i));
+        assert_eq!(db.get(key(i)).unwrap().map(|v| v.to_vec()), want, "key {i}");
+    }
+    drop(db);
+    let db = DB::open(&options(), dir.path()).unwrap();
+    assert_eq!(
+        db.iterator(tphdb::IteratorMode::Start).count() as u32,
+        KEYS / 5 * 2
+    );
+}
+
+#[test]
+fn a_ratio_of_one_collects_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, loaded_bytes) = loaded(dir.path());
+    drop(db);
+    let opts = Options {
+        gc_dead_ratio: 1.0,
+        ..options()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for i in (0..KEYS).filter(|i| i % 5 < 3) {
+        db.delete(key(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!(db.stats().writes_by_cause.gc_fold, 0);
+    assert!(file_bytes(&db) * 2 > loaded_bytes);
+}
