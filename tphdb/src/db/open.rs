@@ -158,6 +158,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             .last()
             .copied()
             .unwrap_or(0),
+        opts.memtable_filter_bytes(),
     );
     let mut last_seq = recovered.state.last_seq;
     let replay = replay_wals(
@@ -442,7 +443,7 @@ fn start_writable(
     let number = vs.new_file_number();
     let file = fs.create(&path(dir, &wal_name(number)))?;
     fs.sync_dir(dir)?;
-    let mem = Arc::new(MemTable::new(number));
+    let mem = Arc::new(MemTable::new(number, opts.memtable_filter_bytes()));
     let mut imms = VecDeque::new();
     if !replayed.is_empty() {
         imms.push_back(Arc::new(replayed));
@@ -657,12 +658,15 @@ mod tests {
             log_number: 10,
             ..Default::default()
         };
-        let mem = MemTable::new(0);
+        let mem = MemTable::new(0, 1024);
         let mut last_seq = 0;
         let info = replay_wals(&fs, Path::new("/db"), &names, &state, &mem, &mut last_seq).unwrap();
         let keys = ["a", "b", "c", "d", "e"]
             .into_iter()
-            .filter(|k| mem.get(k.as_bytes(), u64::MAX).is_some())
+            .filter(|k| {
+                let k = k.as_bytes();
+                mem.get(k, crate::hash::key_hash(k), u64::MAX).is_some()
+            })
             .collect();
         (keys, info.skipped_files)
     }

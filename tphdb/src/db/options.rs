@@ -156,6 +156,11 @@ pub struct Options {
     /// Pieces whose live fraction falls below this are folded at the next
     /// compaction of their TPH (0.3).
     pub min_live_ratio: f64,
+    /// A key filter per memtable of this share of `write_buffer_bytes`
+    /// (1/64, charged to the memtable): a get of a key the memtable does
+    /// not hold skips its skiplist search. 0 turns it off (RocksDB's
+    /// `memtable_prefix_bloom_size_ratio` with whole-key filtering).
+    pub memtable_filter_ratio: f64,
     /// A TPH whose garbage passes this share of its bytes is folded whole
     /// once the background has nothing more urgent to do (0.5): dead
     /// entries count, and at the bottom also tombstones. Level 0 and the
@@ -204,6 +209,7 @@ impl Default for Options {
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,
             gc_dead_ratio: 0.5,
+            memtable_filter_ratio: 1.0 / 64.0,
             file_system: None,
         }
     }
@@ -245,6 +251,7 @@ impl fmt::Debug for Options {
             .field("manifest_max_bytes", &self.manifest_max_bytes)
             .field("min_live_ratio", &self.min_live_ratio)
             .field("gc_dead_ratio", &self.gc_dead_ratio)
+            .field("memtable_filter_ratio", &self.memtable_filter_ratio)
             .field("file_system", &self.file_system)
             .finish()
     }
@@ -280,6 +287,11 @@ impl Options {
         }
     }
 
+    /// Bytes of each memtable's key filter.
+    pub(crate) fn memtable_filter_bytes(&self) -> usize {
+        (self.write_buffer_bytes as f64 * self.memtable_filter_ratio) as usize
+    }
+
     /// `max_pieces` after applying `single_tier`.
     pub(crate) fn effective_max_pieces(&self) -> usize {
         if self.single_tier {
@@ -309,6 +321,9 @@ impl Options {
         self.phf_config().validate()?;
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
+        }
+        if !(0.0..=0.25).contains(&self.memtable_filter_ratio) {
+            return bad("memtable_filter_ratio must be in [0, 0.25]");
         }
         if !(self.gc_dead_ratio > 0.0 && self.gc_dead_ratio <= 1.0) {
             return bad("gc_dead_ratio must be in (0, 1]");

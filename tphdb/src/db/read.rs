@@ -18,14 +18,15 @@ impl Inner {
     /// per level: the first version found decides.
     pub(crate) fn get(&self, sv: &SuperVersion, seq: u64, key: &[u8]) -> Result<Option<Bytes>> {
         self.stats.gets.fetch_add(1, Relaxed);
+        let h = key_hash(key);
         let found = std::iter::once(&sv.mem)
             .chain(&sv.imms)
-            .find_map(|m| m.get(key, seq));
+            .find_map(|m| m.get(key, h, seq));
         let value = match found {
             Some(v) => v.value,
             None => {
                 let mut count = ReadCount::default();
-                let r = sv.version.get(key, key_hash(key), &mut count);
+                let r = sv.version.get(key, h, &mut count);
                 self.stats.get_block_reads.fetch_add(count.reads, Relaxed);
                 self.stats.get_bytes_read.fetch_add(count.bytes, Relaxed);
                 r?.and_then(|e| e.value)

@@ -5,9 +5,11 @@ mod skiplist;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
+use fastbloom::AtomicBloomFilter;
 
 use crate::cursor::{Cursor, ValueRef};
 use crate::error::Result;
+use crate::hash::key_hash;
 pub(crate) use skiplist::FrozenArena;
 use skiplist::{Entry, Position, SkipList};
 
@@ -31,6 +33,11 @@ pub(crate) struct NewestVersion<'a> {
 #[derive(Debug)]
 pub(crate) struct MemTable {
     list: SkipList,
+    /// Keys inserted, by [`key_hash`]: a get of a key the memtable does
+    /// not hold (most gets, once the data outgrows the memtables) skips
+    /// the skiplist search, a cache miss per level. RocksDB's memtable
+    /// whole-key filter.
+    filter: Option<AtomicBloomFilter>,
     /// The WAL file holding this memtable's writes (0 when there is none).
     wal_number: u64,
     frozen: OnceLock<FrozenArena>,
@@ -42,9 +49,19 @@ impl std::fmt::Debug for FrozenArena {
     }
 }
 
+/// Bits set per key in a memtable's filter: each is a probe into a filter
+/// small enough to stay in the CPU's caches. At 16 bits per key (128-byte
+/// entries, the default size) a miss passes 0.24% of the time; at 4 bits
+/// per key (entries of 32 bytes), 16%.
+const FILTER_HASHES: u32 = 4;
+
 impl MemTable {
-    pub(crate) fn new(wal_number: u64) -> MemTable {
+    /// A memtable whose key filter takes `filter_bytes` (none if 0).
+    pub(crate) fn new(wal_number: u64, filter_bytes: usize) -> MemTable {
         MemTable {
+            filter: (filter_bytes > 0).then(|| {
+                AtomicBloomFilter::with_num_bits(filter_bytes.max(8) * 8).hashes(FILTER_HASHES)
+            }),
             list: SkipList::new(),
             wal_number,
             frozen: OnceLock::new(),
@@ -55,9 +72,14 @@ impl MemTable {
         self.wal_number
     }
 
-    /// Bytes allocated for the entries: keys, values, links and headers.
+    /// Bytes allocated for the entries (keys, values, links and headers)
+    /// and the key filter.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.list.memory_bytes()
+        self.list.memory_bytes() + self.filter_bytes()
+    }
+
+    fn filter_bytes(&self) -> usize {
+        self.filter.as_ref().map_or(0, |f| f.num_bits() / 8)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -85,11 +107,20 @@ impl MemTable {
     }
 
     pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
+        // Before the entry is linked: a reader that can see the entry (its
+        // sequence number was published after this) sees its filter bits.
+        if let Some(f) = &self.filter {
+            f.insert_hash(key_hash(key));
+        }
         self.list.insert(key, seq, value);
     }
 
-    /// The newest version of `key` with a sequence number `<= snapshot`.
-    pub(crate) fn get(&self, key: &[u8], snapshot: u64) -> Option<Version> {
+    /// The newest version of `key` (whose [`key_hash`] is `h`) with a
+    /// sequence number `<= snapshot`.
+    pub(crate) fn get(&self, key: &[u8], h: u64, snapshot: u64) -> Option<Version> {
+        if self.filter.as_ref().is_some_and(|f| !f.contains_hash(h)) {
+            return None;
+        }
         let e = self.list.seek(key, snapshot)?;
         (e.key() == key).then(|| Version {
             seq: e.seq(),
@@ -267,26 +298,56 @@ impl Cursor for MemCursor {
 mod tests {
     use super::*;
 
+    fn get(m: &MemTable, key: &[u8], snapshot: u64) -> Option<Version> {
+        m.get(key, key_hash(key), snapshot)
+    }
+
     #[test]
     fn newest_visible_version_wins() {
-        let m = MemTable::new(1);
-        m.insert(b"a", 1, Some(b"1"));
-        m.insert(b"a", 3, Some(b"3"));
-        m.insert(b"a", 5, None);
-        m.insert(b"b", 2, Some(b"b"));
-        assert_eq!(m.get(b"a", 0), None);
-        assert_eq!(m.get(b"a", 2).unwrap().value.as_deref(), Some(&b"1"[..]));
-        assert_eq!(m.get(b"a", 4).unwrap().value.as_deref(), Some(&b"3"[..]));
-        assert_eq!(m.get(b"a", 9).unwrap().value, None);
-        assert_eq!(m.get(b"c", 9), None);
-        let newest: Vec<_> = m.newest_versions().map(|v| (v.key, v.seq)).collect();
-        assert_eq!(newest, vec![(&b"a"[..], 5), (&b"b"[..], 2)]);
-        assert!(m.memory_bytes() > 0);
+        for filter_bytes in [0, 1024] {
+            let m = MemTable::new(1, filter_bytes);
+            m.insert(b"a", 1, Some(b"1"));
+            m.insert(b"a", 3, Some(b"3"));
+            m.insert(b"a", 5, None);
+            m.insert(b"b", 2, Some(b"b"));
+            assert_eq!(get(&m, b"a", 0), None);
+            assert_eq!(get(&m, b"a", 2).unwrap().value.as_deref(), Some(&b"1"[..]));
+            assert_eq!(get(&m, b"a", 4).unwrap().value.as_deref(), Some(&b"3"[..]));
+            assert_eq!(get(&m, b"a", 9).unwrap().value, None);
+            assert_eq!(get(&m, b"c", 9), None);
+            let newest: Vec<_> = m.newest_versions().map(|v| (v.key, v.seq)).collect();
+            assert_eq!(newest, vec![(&b"a"[..], 5), (&b"b"[..], 2)]);
+            assert!(m.memory_bytes() > filter_bytes);
+        }
+    }
+
+    /// Every inserted key passes the filter; of keys never inserted, few
+    /// do, and the filter is charged to the memtable.
+    #[test]
+    fn the_key_filter_passes_every_key_and_few_others() {
+        let m = MemTable::new(1, 16 << 10);
+        let empty = MemTable::new(1, 0).memory_bytes();
+        assert_eq!(m.memory_bytes(), empty + (16 << 10));
+        let key = |i: u32| format!("key{i:08}").into_bytes();
+        for i in 0..8192 {
+            m.insert(&key(i), u64::from(i) + 1, Some(b"v"));
+        }
+        for i in 0..8192 {
+            assert!(get(&m, &key(i), u64::MAX).is_some(), "key {i}");
+        }
+        let passed = (8192..8192 * 3)
+            .filter(|&i| {
+                let k = key(i);
+                m.filter.as_ref().unwrap().contains_hash(key_hash(&k))
+            })
+            .count();
+        // 16 bits per key, 4 hashes: 0.24% expected.
+        assert!(passed < 16384 / 100, "{passed} of 16384 passed");
     }
 
     #[test]
     fn cursor_sees_only_the_snapshot() {
-        let m = Arc::new(MemTable::new(1));
+        let m = Arc::new(MemTable::new(1, 0));
         m.insert(b"a", 1, Some(b"a1"));
         m.insert(b"b", 5, Some(b"b5"));
         m.insert(b"c", 2, Some(b"c2"));
