@@ -117,6 +117,13 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) cursors: Mutex<commands::Cursors>,
     pub(crate) stripes: commands::Stripes,
+    /// Taken around committing a pipeline's gathered writes. A worker
+    /// thread whose write would queue behind another's then awaits its turn
+    /// and serves other connections meanwhile, instead of sleeping in the
+    /// database's write queue: with two workers handing that queue to each
+    /// other, a fifth of the server's time under pipelined SETs went to
+    /// switching threads.
+    pub(crate) write_gate: tokio::sync::Mutex<()>,
 }
 
 /// One connection's own state.
@@ -189,6 +196,7 @@ pub async fn serve(
         counters: Counters::default(),
         cursors: Mutex::new(commands::Cursors::default()),
         stripes: commands::Stripes::default(),
+        write_gate: tokio::sync::Mutex::new(()),
     });
     ready(addr);
     let mut tasks = tokio::task::JoinSet::new();
@@ -261,6 +269,14 @@ async fn accept(
     shared.connected.fetch_sub(1, Relaxed);
 }
 
+/// Commits the client's gathered writes, in turn with other connections.
+async fn commit(shared: &Shared, client: &mut Client, out: &mut Out) {
+    if !client.pending.is_empty() {
+        let _turn = shared.write_gate.lock().await;
+        commands::commit_pending(shared, client, out);
+    }
+}
+
 /// Reads requests and answers them until the client leaves, breaks the
 /// protocol, idles out, or the server stops.
 async fn connection(
@@ -288,7 +304,7 @@ async fn connection(
                         break;
                     }
                     if out.buf.len() >= OUT_FLUSH_BYTES {
-                        commands::commit_pending(shared, &mut client, &mut out);
+                        commit(shared, &mut client, &mut out).await;
                         stream.write_all(&out.buf).await?;
                         out.buf.clear();
                     }
@@ -305,7 +321,7 @@ async fn connection(
             }
         }
         // No reply leaves before the writes it acknowledges are done.
-        commands::commit_pending(shared, &mut client, &mut out);
+        commit(shared, &mut client, &mut out).await;
         if !out.buf.is_empty() {
             stream.write_all(&out.buf).await?;
             out.buf.clear();

@@ -27,6 +27,13 @@ pub(crate) struct Pending {
     out_start: usize,
 }
 
+impl Pending {
+    /// Whether no write waits to be committed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
 /// A pending write is committed past this many bytes.
 const MAX_PENDING_BYTES: usize = 1 << 20;
 
