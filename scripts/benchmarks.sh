@@ -35,14 +35,20 @@ flags=()
 [[ ${DIRECT:-1} != 0 ]] && flags+=(--direct-io)
 for w in $workloads; do
     echo "== $w$tag"
+    # The plots this run writes are the untagged ones newer than this.
+    touch "$work/.run-start"
     # shellcheck disable=SC2086 # EXTRA is a list of flags
     ./target/release/tphdb bench "$w" --engines "$engines" --keys "$keys" --ops "$ops" \
         --value-size "$value_size" --seconds "$run_seconds" "${flags[@]}" \
         --dir "$work" --json "$out/$w$tag.json" --plot "$out" ${EXTRA:-} | tee "$out/$w$tag.txt"
     git rev-parse --short HEAD > "$out/$w$tag.commit"
+    # The settings line of results.md, kept beside the table (the JSON is
+    # not committed).
+    python3 scripts/bench_settings.py "$out/$w$tag.json" > "$out/$w$tag.settings"
     if [[ -n $tag ]]; then
         for svg in "$out/$w"-*.svg; do
-            [[ -e $svg && $svg != *"$tag"* ]] && mv "$svg" "${svg%.svg}$tag.svg"
+            [[ -e $svg && $svg != *"$tag"* && $svg -nt "$work/.run-start" ]] &&
+                mv "$svg" "${svg%.svg}$tag.svg"
         done
     fi
 done
@@ -66,15 +72,11 @@ done
             echo
             echo "## $name"
             echo
-            python3 - "$out/$name.json" <<'EOF'
-import json, sys
-p = json.load(open(sys.argv[1]))["params"]
-print(f"{p['keys']} keys of {p['key_size']} + {p['value_size']} bytes, "
-      f"{p['ops']} operations (at most {p.get('seconds', '?')} s) per engine, "
-      f"{p['threads']} client thread(s), "
-      + (f"a {p['memory_mb']} MiB memory budget per engine, " if p.get('memory_mb') else "no memory budget, ")
-      + ("O_DIRECT reads for tphdb and RocksDB." if p['direct_io'] else "buffered reads."))
-EOF
+            if [[ -e $out/$name.settings ]]; then
+                cat "$out/$name.settings"
+            elif [[ -e $out/$name.json ]]; then
+                python3 scripts/bench_settings.py "$out/$name.json"
+            fi
             [[ -e $out/$name.commit ]] && echo "Commit $(cat "$out/$name.commit")."
             echo
             echo '```'
