@@ -97,6 +97,10 @@ pub struct PeerArgs {
     /// tphdb: single-tier mode.
     #[arg(long)]
     pub single_tier: bool,
+    /// tphdb: garbage share past which a TPH is folded
+    /// (`Options::gc_dead_ratio`).
+    #[arg(long)]
+    pub gc_dead_ratio: Option<f64>,
     /// tphdb: page-aligned blocks (`Options::align_blocks`).
     #[arg(long)]
     pub align_blocks: bool,
@@ -164,6 +168,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     one_level: a.one_level,
                     single_tier: a.single_tier,
                     align_blocks: a.align_blocks,
+                    gc_dead_ratio: a.gc_dead_ratio,
                 },
             },
         };

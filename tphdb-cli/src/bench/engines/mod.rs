@@ -98,6 +98,8 @@ pub struct TphdbSettings {
     pub one_level: bool,
     pub single_tier: bool,
     pub align_blocks: bool,
+    /// `Options::gc_dead_ratio` (none: the default).
+    pub gc_dead_ratio: Option<f64>,
 }
 
 /// Every engine name `--engines` accepts.

@@ -35,6 +35,7 @@ impl Tphdb {
             one_level: t.one_level,
             single_tier: t.single_tier,
             align_blocks: t.align_blocks,
+            gc_dead_ratio: t.gc_dead_ratio.unwrap_or(d.gc_dead_ratio),
             read_mode: if cfg.direct_io {
                 ReadMode::Direct
             } else {
