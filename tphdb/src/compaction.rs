@@ -83,6 +83,28 @@ impl Shape {
         self.fanout.saturating_pow(level)
     }
 
+    /// The share of all stored data bytes (level 0 included) that folds
+    /// would free: see [`TphSize::garbage_share`].
+    fn garbage_share(&self) -> f64 {
+        let (mut garbage, mut stored) = (0u64, 0u64);
+        for t in &self.l0 {
+            stored += t.garbage.data_bytes;
+        }
+        for (i, level) in self.levels.iter().enumerate() {
+            let bottom = i + 1 == self.depth as usize;
+            for t in level.values() {
+                stored += t.garbage.data_bytes;
+                garbage += t.garbage.dead_bytes
+                    + if bottom {
+                        t.garbage.live_tombstone_bytes
+                    } else {
+                        0
+                    };
+            }
+        }
+        garbage as f64 / stored.max(1) as f64
+    }
+
     fn children(&self, id: TphId) -> impl Iterator<Item = TphId> + '_ {
         let f = self.fanout;
         (id.partition * f..id.partition * f + f).map(move |partition| TphId {
@@ -111,6 +133,9 @@ pub(crate) struct Policy {
     /// The garbage share past which a TPH is collected when nothing more
     /// urgent is due (see [`collect_garbage`]).
     pub(crate) gc_dead_ratio: f64,
+    /// The share of all stored bytes that may be garbage: past it, the TPH
+    /// with the largest garbage share is collected whatever that share.
+    pub(crate) max_garbage_ratio: f64,
 }
 
 /// A job to start.
@@ -264,7 +289,11 @@ pub(crate) fn pick(
 /// - a TPH whose garbage (replaced entries, and at the bottom live
 ///   tombstones) passes `gc_dead_ratio` of its bytes has its pieces with
 ///   the most garbage folded, as many as a job's memory holds
-///   ([`pick_gc_victims`]).
+///   ([`pick_gc_victims`]);
+/// - while the garbage of the whole database passes `max_garbage_ratio` of
+///   its bytes, so does the TPH with the largest share, whatever it is.
+///   Overwrites spread garbage evenly, so every TPH could stay below
+///   `gc_dead_ratio` while the database holds nearly twice its live data.
 ///
 /// Each step ends what made it due or brings it closer: level 0 empties,
 /// the pushed TPH leaves its level, and every fold removes replaced
@@ -277,9 +306,14 @@ fn collect_garbage(shape: &Shape, running: &Running, policy: &Policy) -> Option<
     {
         return Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy)));
     }
+    let fold_ratio = if shape.garbage_share() > policy.max_garbage_ratio {
+        0.0
+    } else {
+        ratio
+    };
     let mut best: Option<(f64, Work)> = None;
-    let mut consider = |score: f64, work: Work| {
-        if score > ratio && best.as_ref().is_none_or(|(b, _)| score > *b) {
+    let mut consider = |score: f64, threshold: f64, work: Work| {
+        if score > threshold && best.as_ref().is_none_or(|(b, _)| score > *b) {
             best = Some((score, work));
         }
     };
@@ -288,10 +322,10 @@ fn collect_garbage(shape: &Shape, running: &Running, policy: &Policy) -> Option<
         for (&partition, tph) in &shape.levels[level as usize - 1] {
             let id = TphId { level, partition };
             if !bottom && running.may_push(shape, id) {
-                consider(tph.tombstone_share(), Work::PushDown(id));
+                consider(tph.tombstone_share(), ratio, Work::PushDown(id));
             }
             if running.may_take(id) {
-                consider(tph.garbage_share(bottom), Work::Gc(id));
+                consider(tph.garbage_share(bottom), fold_ratio, Work::Gc(id));
             }
         }
     }
@@ -497,6 +531,7 @@ mod tests {
             job_input_bytes: 1000,
             background_threads: 2,
             gc_dead_ratio: 0.5,
+            max_garbage_ratio: 1.0,
         }
     }
 
@@ -764,6 +799,39 @@ mod tests {
             ..p
         };
         assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+    }
+
+    #[test]
+    fn the_whole_database_holds_at_most_max_garbage_ratio() {
+        let p = Policy {
+            max_garbage_ratio: 0.2,
+            ..policy()
+        };
+        // Two bottom TPHs below `gc_dead_ratio`: 30 and 40 of 100 bytes.
+        let mut s = shape(0, &[(0, 50), (1, 50)]);
+        s.levels[1].insert(0, with_garbage(7, 70, 30, 0));
+        s.levels[1].insert(1, with_garbage(8, 60, 40, 0));
+        // 70 of 300 bytes: past 0.2, the larger share goes first.
+        let second = Some(Work::Gc(TphId {
+            level: 2,
+            partition: 1,
+        }));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), second);
+        // Off at a ratio of one: each TPH is below its own threshold.
+        let off = Policy {
+            max_garbage_ratio: 1.0,
+            ..p
+        };
+        assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+        // Once it is folded, 30 of 260 bytes are garbage: under the bound.
+        s.levels[1].insert(1, with_garbage(9, 60, 0, 0));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+        // Level 1 counts towards the whole, with its own garbage.
+        s.levels[0].insert(0, with_garbage(1, 40, 5, 1));
+        s.levels[1].insert(1, with_garbage(9, 60, 40, 0));
+        assert_eq!(pick(&s, 0, &Running::default(), &p), second);
+        // The bound never starts a fold ahead of other work.
+        assert_eq!(pick(&s, 1, &Running::default(), &p), Some(Work::Flush));
     }
 
     #[test]

@@ -48,6 +48,11 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         } else {
             Options::default().gc_dead_ratio
         },
+        max_garbage_ratio: if matches!(mode, Mode::Collected) {
+            0.02
+        } else {
+            Options::default().max_garbage_ratio
+        },
         background_threads: 2,
         page_size_bytes: 512,
         read_mode: if matches!(mode, Mode::ParallelReads) {

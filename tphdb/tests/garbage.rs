@@ -76,7 +76,14 @@ fn deleting_every_key_gives_the_space_back() {
 fn deleting_most_keys_folds_what_is_left() {
     let dir = tempfile::tempdir().unwrap();
     let (db, loaded_bytes) = loaded(dir.path());
-    // Three keys in five go: every bottom piece keeps two in five live.
+    // Three keys in five go: every bottom piece keeps two in five live,
+    // past `gc_dead_ratio`; the bound on the whole database is not needed.
+    drop(db);
+    let opts = Options {
+        max_garbage_ratio: 1.0,
+        ..options()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
     let deleted = |i: u32| i % 5 < 3;
     let stats = delete_and_settle(&db, loaded_bytes, deleted, 2);
     assert!(stats.writes_by_cause.gc_fold > 0, "{stats:#?}");
@@ -102,6 +109,7 @@ fn a_ratio_of_one_collects_nothing() {
     drop(db);
     let opts = Options {
         gc_dead_ratio: 1.0,
+        max_garbage_ratio: 1.0,
         ..options()
     };
     let db = DB::open(&opts, dir.path()).unwrap();
@@ -112,4 +120,47 @@ fn a_ratio_of_one_collects_nothing() {
     db.wait_for_compactions().unwrap();
     assert_eq!(db.stats().writes_by_cause.gc_fold, 0);
     assert!(file_bytes(&db) * 2 > loaded_bytes);
+}
+
+/// Overwrites one key in three, spread over every TPH, and settles; returns
+/// the garbage share of the stored bytes.
+fn overwrite_a_third(max_garbage_ratio: f64) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, _) = loaded(dir.path());
+    drop(db);
+    // The bottom may not deepen: a new level would rewrite every entry.
+    let opts = Options {
+        max_garbage_ratio,
+        max_levels: 2,
+        ..options()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    // As large as the old values: level 1 overflows into the bottom.
+    let newer = |i: u32| {
+        let mut v = format!("newer {i} ").into_bytes();
+        v.resize(200, b'.');
+        v
+    };
+    for i in (0..KEYS).filter(|i| i % 3 == 0) {
+        db.put(key(i), newer(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    for i in 0..KEYS {
+        let want = if i % 3 == 0 { newer(i) } else { value(i) };
+        assert_eq!(db.get(key(i)).unwrap().unwrap().to_vec(), want, "key {i}");
+    }
+    let stats = db.stats();
+    let garbage: u64 = stats.levels.iter().map(|l| l.garbage_bytes).sum();
+    garbage as f64 / file_bytes(&db) as f64
+}
+
+#[test]
+fn overwrites_spread_over_every_tph_are_collected_past_max_garbage_ratio() {
+    // Every bottom TPH gets a share of the garbage, each below
+    // `gc_dead_ratio` (0.5).
+    let unbounded = overwrite_a_third(1.0);
+    assert!(unbounded > 0.1, "{unbounded}");
+    let bounded = overwrite_a_third(0.05);
+    assert!(bounded <= 0.05, "{bounded}");
 }

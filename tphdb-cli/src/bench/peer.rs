@@ -101,6 +101,10 @@ pub struct PeerArgs {
     /// (`Options::gc_dead_ratio`).
     #[arg(long)]
     pub gc_dead_ratio: Option<f64>,
+    /// tphdb: share of the database's bytes that may be garbage
+    /// (`Options::max_garbage_ratio`).
+    #[arg(long)]
+    pub max_garbage_ratio: Option<f64>,
     /// tphdb: page-aligned blocks (`Options::align_blocks`).
     #[arg(long)]
     pub align_blocks: bool,
@@ -169,6 +173,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     single_tier: a.single_tier,
                     align_blocks: a.align_blocks,
                     gc_dead_ratio: a.gc_dead_ratio,
+                    max_garbage_ratio: a.max_garbage_ratio,
                 },
             },
         };

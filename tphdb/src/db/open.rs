@@ -241,6 +241,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
             background_threads: opts.background_threads,
             gc_dead_ratio: opts.gc_dead_ratio,
+            max_garbage_ratio: opts.max_garbage_ratio,
         },
         piece_options: piece_options(&opts),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(

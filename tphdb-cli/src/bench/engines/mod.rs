@@ -100,6 +100,8 @@ pub struct TphdbSettings {
     pub align_blocks: bool,
     /// `Options::gc_dead_ratio` (none: the default).
     pub gc_dead_ratio: Option<f64>,
+    /// `Options::max_garbage_ratio` (none: the default).
+    pub max_garbage_ratio: Option<f64>,
 }
 
 /// Every engine name `--engines` accepts.

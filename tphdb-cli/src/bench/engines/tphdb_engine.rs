@@ -36,6 +36,7 @@ impl Tphdb {
             single_tier: t.single_tier,
             align_blocks: t.align_blocks,
             gc_dead_ratio: t.gc_dead_ratio.unwrap_or(d.gc_dead_ratio),
+            max_garbage_ratio: t.max_garbage_ratio.unwrap_or(d.max_garbage_ratio),
             read_mode: if cfg.direct_io {
                 ReadMode::Direct
             } else {
