@@ -358,7 +358,7 @@ pub fn run(a: CrashtestArgs) -> Result<(), BoxError> {
     for cycle in 0..a.cycles {
         let stderr_path = tmp.path().join("child.stderr");
         let w = &a.workload;
-        let mut child = Command::new(&exe)
+        let mut child = crate::orphan::die_with_parent(&mut Command::new(&exe))
             .arg("crashtest-child")
             .args([
                 "--db".as_ref(),

@@ -3,6 +3,7 @@
 mod bench;
 mod crashtest;
 mod lines;
+mod orphan;
 mod stress;
 mod tools;
 

@@ -189,7 +189,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             .map(|mb| MemoryBudget::new(engine, mb))
             .transpose()?;
         let run = |cmd: &mut Command| -> Result<std::process::Output, BoxError> {
-            let child = cmd
+            let child = crate::orphan::die_with_parent(cmd)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()?;
