@@ -160,8 +160,9 @@ pub(crate) struct Running {
     pub(crate) all_of_level1: bool,
     /// TPHs a push-down owns.
     pub(crate) tphs: HashSet<TphId>,
-    /// Push-downs out of level 1 started since the last level-0 compaction.
-    pub(crate) level1_pushes_since_l0: usize,
+    /// Push-downs out of level 1 started since the last job merging into
+    /// all of it (a level-0 compaction, or a flush in one-level mode).
+    pub(crate) level1_pushes_since_merge: usize,
     /// A GC fold runs (one at a time).
     pub(crate) gc: bool,
 }
@@ -177,16 +178,19 @@ impl Running {
             Work::Flush => {
                 debug_assert!(!self.flush);
                 self.flush = true;
-                self.all_of_level1 |= policy.one_level;
+                if policy.one_level {
+                    self.all_of_level1 = true;
+                    self.level1_pushes_since_merge = 0;
+                }
             }
             Work::L0ToL1(_) => {
                 debug_assert!(!self.level1_busy());
                 self.all_of_level1 = true;
-                self.level1_pushes_since_l0 = 0;
+                self.level1_pushes_since_merge = 0;
             }
             Work::PushDown(id) => {
                 debug_assert!(!self.tphs.contains(id));
-                self.level1_pushes_since_l0 += usize::from(id.level == 1);
+                self.level1_pushes_since_merge += usize::from(id.level == 1);
                 self.tphs.insert(*id);
                 self.tphs.extend(shape.children(*id));
             }
@@ -255,27 +259,57 @@ pub(crate) fn pick(
     running: &Running,
     policy: &Policy,
 ) -> Option<Work> {
-    let flush_blocked = policy.one_level && running.level1_busy();
-    if !running.flush && frozen_memtables > 0 && !flush_blocked {
+    let turns = policy.background_threads.max(1);
+    if policy.one_level {
+        return pick_one_level(shape, frozen_memtables, running, policy, turns);
+    }
+    if !running.flush && frozen_memtables > 0 {
         return Some(Work::Flush);
     }
-    let l0_waiting = !policy.one_level && shape.l0.len() >= policy.l0_compaction_trigger;
-    let level1_turn = running.level1_pushes_since_l0 < policy.background_threads.max(1)
-        && shape.l0.len() < policy.l0_slowdown_trigger;
+    let l0_waiting = shape.l0.len() >= policy.l0_compaction_trigger;
+    let level1_turn =
+        running.level1_pushes_since_merge < turns && shape.l0.len() < policy.l0_slowdown_trigger;
     // While level 0 waits, push-downs out of level 1 start only in their
     // turn, also while another holds level 1: otherwise the threads could
     // hand level 1 to each other until every due TPH had gone down.
-    let push = most_urgent_push_down(shape, running, policy, !l0_waiting || level1_turn);
+    let level1_pushes = !l0_waiting || level1_turn;
+    let push = most_urgent_push_down(shape, running, policy, level1_pushes);
     if l0_waiting && !running.level1_busy() {
         return match push {
             Some(id) if id.level == 1 => Some(Work::PushDown(id)),
             _ => Some(Work::L0ToL1(oldest_l0_that_fit(shape, policy))),
         };
     }
-    let flush_waiting = frozen_memtables > 0 && !running.flush;
     match push {
         Some(id) => Some(Work::PushDown(id)),
-        None if l0_waiting || flush_waiting || running.gc => None,
+        None if l0_waiting || running.gc => None,
+        None => collect_garbage(shape, running, policy),
+    }
+}
+
+/// [`pick`] in one-level mode, where each flush merges into all of level 1
+/// and so takes the level-0 compaction's turns with the push-downs out of
+/// level 1: after each flush, up to `turns` of them go before the next.
+/// Flushing whenever a memtable waited starved them during a fill, level 1
+/// came to hold the whole database, and each flush rebuilt the global
+/// indexes over every key.
+fn pick_one_level(
+    shape: &Shape,
+    frozen_memtables: usize,
+    running: &Running,
+    policy: &Policy,
+    turns: usize,
+) -> Option<Work> {
+    let flush_due = !running.flush && frozen_memtables > 0;
+    let level1_turn = !flush_due || running.level1_pushes_since_merge < turns;
+    let push = most_urgent_push_down(shape, running, policy, level1_turn);
+    let level1_push = matches!(push, Some(id) if id.level == 1);
+    if flush_due && !running.level1_busy() && !level1_push {
+        return Some(Work::Flush);
+    }
+    match push {
+        Some(id) => Some(Work::PushDown(id)),
+        None if flush_due || running.gc => None,
         None => collect_garbage(shape, running, policy),
     }
 }
@@ -359,6 +393,35 @@ fn most_urgent_push_down(
         }
     }
     best.map(|(_, id)| id)
+}
+
+/// Level-1 TPHs past their push-down threshold, while a level below takes
+/// them.
+pub(crate) fn level1_due(v: &Version, target: u64) -> usize {
+    if v.depth < 2 {
+        return 0;
+    }
+    let fanout = v.layout.fanout;
+    v.levels[0]
+        .iter()
+        .filter(|(&p, t)| t.live_data_bytes() > push_down_threshold(target, fanout, p))
+        .count()
+}
+
+/// How far writes in one-level mode run ahead of the jobs, for pacing
+/// (`db/write_delay.rs`; level 0's count in the other modes): memtables
+/// waiting for level 1 and the level-1 TPHs due for a push-down. `None`
+/// (full speed) while no memtable waits and no more TPHs are due than
+/// one turn of push-downs takes ([`pick_one_level`]). A flush waits for
+/// the push-downs out of level 1 that started before it; unpaced, writers
+/// filled the memtables in a fraction of that wait and stood still for
+/// the rest, 44 of 173 seconds of a 16M-key fill below 0.3 of the median.
+pub(crate) fn one_level_backlog(
+    waiting_memtables: usize,
+    due: usize,
+    turns: usize,
+) -> Option<usize> {
+    (waiting_memtables > 0 || due > turns.max(1)).then_some(waiting_memtables + due)
 }
 
 /// The size past which TPH `partition` of a level above the bottom is
@@ -491,6 +554,17 @@ pub(crate) fn pick_gc_victims(pieces: &[PieceLife], bottom: bool, input_bytes: u
     victim
 }
 
+/// The deepest level in one-level mode: level 1, which flushes merge into,
+/// and once it outgrows its TPHs' target, one level below it (the paper's
+/// "1 or 2 layers", §4.4.1). With level 1 as the only level its TPHs grow
+/// with the database while every flush brings each of them a piece of a
+/// `fanout`th of a memtable: at 4M x 1 KiB keys, 512 MB TPHs received 8 MB
+/// pieces and kept 16 by folding the smallest (WA 2.74); at 16M they were
+/// 2 GB and each flush folded about a gigabyte, so writes stood still for
+/// most of the load. Below level 1, pieces arrive a `fanout`th of a TPH's
+/// target at a time, and the bottom grows `fanout` times more slowly.
+pub(crate) const ONE_LEVEL_MAX_DEPTH: u32 = 2;
+
 /// Whether the bottom level should get a level below it: its TPHs average
 /// more than the target size, and one more level fits. Every TPH is then
 /// held near `tph_target_bytes`, at the bottom as above it, and receives
@@ -501,16 +575,24 @@ pub(crate) fn pick_gc_victims(pieces: &[PieceLife], bottom: bool, input_bytes: u
 /// 1 KiB values wrote 2.26 bytes of folds per byte, against the one
 /// push-down per level a deeper tree costs.
 pub(crate) fn should_deepen(shape: &Shape, policy: &Policy) -> bool {
-    if policy.one_level
-        || shape.depth >= policy.max_levels
-        || !partitions_fit(shape.fanout, shape.depth + 1)
-    {
+    let deepest = if policy.one_level {
+        policy.max_levels.min(ONE_LEVEL_MAX_DEPTH)
+    } else {
+        policy.max_levels
+    };
+    if shape.depth >= deepest || !partitions_fit(shape.fanout, shape.depth + 1) {
         return false;
     }
-    let bottom: u64 = shape.levels[shape.depth as usize - 1]
-        .values()
-        .map(|t| t.live_data_bytes)
-        .sum();
+    let bottom_tphs = &shape.levels[shape.depth as usize - 1];
+    if policy.one_level {
+        // As soon as one TPH would be due: waiting for the average to pass
+        // the target made all of level 1 due at once, and a flush waited
+        // for eight push-downs (writes stood still for 8 s of a fill).
+        return bottom_tphs.iter().any(|(&p, t)| {
+            t.live_data_bytes > push_down_threshold(policy.tph_target_bytes, shape.fanout, p)
+        });
+    }
+    let bottom: u64 = bottom_tphs.values().map(|t| t.live_data_bytes).sum();
     bottom
         > shape
             .partitions(shape.depth)
@@ -675,7 +757,7 @@ mod tests {
             Some(Work::L0ToL1(_))
         ));
         // Without level 0 due, push-downs run whatever the count.
-        running.level1_pushes_since_l0 = 5;
+        running.level1_pushes_since_merge = 5;
         assert_eq!(pick(&shape(3, &[(0, 150)]), 0, &running, &p), pushed(0));
     }
 
@@ -689,6 +771,15 @@ mod tests {
         // With fanout 2 (the tests' shapes): 75 and 100.
         assert_eq!(push_down_threshold(100, 2, 0), 75);
         assert_eq!(push_down_threshold(100, 2, 1), 100);
+    }
+
+    #[test]
+    fn one_level_writes_slow_once_a_memtable_waits_or_more_is_due_than_a_turn_takes() {
+        assert_eq!(one_level_backlog(0, 0, 2), None);
+        assert_eq!(one_level_backlog(0, 2, 2), None);
+        assert_eq!(one_level_backlog(0, 3, 2), Some(3));
+        assert_eq!(one_level_backlog(1, 0, 2), Some(1));
+        assert_eq!(one_level_backlog(1, 2, 2), Some(3));
     }
 
     #[test]
@@ -706,8 +797,41 @@ mod tests {
         assert!(running.level1_busy());
         running.finish(&Work::Flush, 2, &p);
         assert_eq!(running, Running::default());
-        // No push-down in one-level mode: level 1 is the bottom.
+        // Level 1 is the bottom: nothing to push down.
         assert_eq!(pick(&s, 0, &running, &p), None);
+    }
+
+    #[test]
+    fn one_level_flushes_and_push_downs_out_of_level1_take_turns() {
+        let p = Policy {
+            one_level: true,
+            background_threads: 1,
+            ..policy()
+        };
+        // Level 1 over a bottom level, both of its TPHs past their target.
+        let s = shape(0, &[(0, 500), (1, 500)]);
+        let mut running = Running::default();
+        let first = pick(&s, 0, &running, &p).unwrap();
+        assert!(matches!(first, Work::PushDown(TphId { level: 1, .. })));
+        running.start(&first, &s, &p);
+        // With nothing to flush the other push-down starts at once.
+        assert!(matches!(
+            pick(&s, 0, &running, &p),
+            Some(Work::PushDown(TphId { level: 1, .. }))
+        ));
+        // A waiting memtable has the next turn: the other push-down waits
+        // for it rather than keep level 1 from it.
+        assert_eq!(pick(&s, 1, &running, &p), None);
+        running.finish(&first, 2, &p);
+        assert_eq!(pick(&s, 1, &running, &p), Some(Work::Flush));
+        running.start(&Work::Flush, &s, &p);
+        running.finish(&Work::Flush, 2, &p);
+        // After the flush, a push-down has its turn again, though another
+        // memtable waits: starving them let level 1 grow with the database.
+        let second = pick(&s, 1, &running, &p).unwrap();
+        assert!(matches!(second, Work::PushDown(TphId { level: 1, .. })));
+        running.start(&second, &s, &p);
+        assert_eq!(pick(&s, 1, &running, &p), None);
     }
 
     fn life(live: u64, entries: u64, live_bytes: u64) -> PieceLife {
@@ -942,7 +1066,7 @@ mod tests {
     }
 
     #[test]
-    fn the_bottom_deepens_once_its_tphs_average_past_the_target() {
+    fn the_bottom_deepens_once_its_tphs_average_past_the_target_or_one_level_has_one_due() {
         let p = policy();
         // Depth 2 over fanout 2: 4 bottom partitions of target 100, so
         // deepening starts past 4 * 100 bytes, however they are spread.
@@ -954,11 +1078,26 @@ mod tests {
         assert!(should_deepen(&s, &p));
         assert!(should_deepen(&s, &p));
         assert!(!should_deepen(&s, &Policy { max_levels: 2, ..p }));
+        // One-level mode: level 1 and one level below it, no more.
+        let one_level = Policy {
+            one_level: true,
+            ..p
+        };
+        assert!(!should_deepen(&s, &one_level));
+        // It deepens as soon as one TPH passes its push-down threshold (75
+        // and 100 bytes), before the average reaches the target.
+        let mut s1 = shape(0, &[(0, 70), (1, 90)]);
+        s1.depth = 1;
+        assert!(!should_deepen(&s1, &one_level));
+        s1.levels[0].insert(0, tph(0, 76));
+        s1.levels[0].insert(1, tph(1, 10));
+        assert!(should_deepen(&s1, &one_level));
+        assert!(!should_deepen(&s1, &p));
         assert!(!should_deepen(
-            &s,
+            &s1,
             &Policy {
-                one_level: true,
-                ..p
+                max_levels: 1,
+                ..one_level
             }
         ));
     }

@@ -345,6 +345,48 @@ fn a_million_keys_round_trip() {
     assert!(st.index_bytes_per_key < 4.0, "{}", st.index_bytes_per_key);
 }
 
+/// One-level mode keeps flushes out of level 0 and the tree at most two
+/// levels deep: level 1, and one level below it once a level-1 TPH nears
+/// its target (with level 1 the only level, they grew with the database
+/// and each flush rewrote more of them).
+#[test]
+fn one_level_mode_grows_a_second_level_and_no_third() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        one_level: true,
+        write_buffer_bytes: 64 << 10,
+        tph_target_bytes: 128 << 10,
+        fanout: 2,
+        max_levels: 4,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
+    let keys = 40_000u64;
+    for i in 0..keys {
+        db.put(key(i), [i as u8; 100]).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let st = db.stats();
+    let tphs = |level: usize| st.levels.get(level).map_or(0, |l| l.tphs);
+    assert_eq!(tphs(0), 0, "flushes go to level 1");
+    assert!(tphs(2) > 0, "no second level: {}", st.level_table());
+    assert_eq!(tphs(3), 0, "a third level: {}", st.level_table());
+    // Level 2 holds far more than its TPHs' target: it is the bottom.
+    let bottom = &st.levels[2];
+    assert!(bottom.file_bytes > bottom.tphs * 2 * opts.tph_target_bytes);
+    db.close().unwrap();
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for i in (0..keys).step_by(3) {
+        assert_eq!(
+            db.get(key(i)).unwrap().as_deref(),
+            Some(&[i as u8; 100][..])
+        );
+    }
+    assert_eq!(db.iterator(IteratorMode::Start).count(), keys as usize);
+}
+
 /// Writers, readers and iterators at once, with flushes and compactions
 /// running: every value read is one that was written for that key.
 #[test]

@@ -163,7 +163,10 @@ impl Inner {
         let work = compaction::pick(&shape, st.imms.len(), &st.running, &self.policy)?;
         st.running.start(&work, &shape, &self.policy);
         Some(match work {
-            Work::Flush => Job::Flush(st.imms.iter().cloned().collect()),
+            Work::Flush => {
+                st.flushing_memtables = st.imms.len();
+                Job::Flush(st.imms.iter().cloned().collect())
+            }
             Work::L0ToL1(heads) => Job::L0ToL1(heads),
             Work::PushDown(id) => Job::PushDown(id),
             Work::Gc(id) => Job::Gc(id),
@@ -210,6 +213,9 @@ impl Inner {
             Err(e) if e.is_no_space() => st.space.failed(e),
             Err(e) => self.poison(&mut st, e),
             Ok(()) => st.space.succeeded(),
+        }
+        if matches!(job, Job::Flush(_)) {
+            st.flushing_memtables = 0;
         }
         if let Some(work) = job.work() {
             let fanout = st.current().layout.fanout;

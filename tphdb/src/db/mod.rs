@@ -61,6 +61,8 @@ pub(crate) struct State {
     pub(crate) versions: Versions,
     /// What the running jobs own.
     pub(crate) running: crate::compaction::Running,
+    /// The oldest frozen memtables a running flush writes out.
+    pub(crate) flushing_memtables: usize,
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
     pub(crate) manual: bool,

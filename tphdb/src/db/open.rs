@@ -197,6 +197,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         imms,
         versions,
         running: Default::default(),
+        flushing_memtables: 0,
         running_jobs: 0,
         manual: false,
         bg_error: None,

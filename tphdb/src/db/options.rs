@@ -55,7 +55,9 @@ pub struct Options {
     /// iterators' read-ahead (at most 256 KiB each) and the page cache.
     pub memory_budget_bytes: Option<usize>,
     /// One-level mode (§4.4.1, false): flushes merge straight into level 1;
-    /// there is no level 0 and no deeper level.
+    /// there is no level 0, and at most one level below level 1, added
+    /// once a level-1 TPH nears `tph_target_bytes`. Writes are paced while
+    /// flushes wait for push-downs out of level 1.
     pub one_level: bool,
     /// Single-tier mode (§4.4.2, false): at most two pieces per TPH, for
     /// overwrite-heavy workloads (less space and read amplification).

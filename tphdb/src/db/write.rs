@@ -15,6 +15,7 @@ use parking_lot::Condvar;
 
 use super::{Inner, SyncPolicy, WriteOptions};
 use crate::batch::WriteBatch;
+use crate::compaction;
 use crate::error::{Error, Result};
 use crate::filename::{path, wal_name};
 use crate::log::LogWriter;
@@ -270,9 +271,8 @@ impl Inner {
                 return Err(Error::Poisoned(e.clone()));
             }
             let l0 = st.current().l0.len();
-            if st.imms.len() >= opts.max_immutable_memtables.max(1)
-                || (!opts.one_level && l0 >= opts.l0_stop_trigger)
-            {
+            let max_imms = opts.max_immutable_memtables.max(1);
+            if st.imms.len() >= max_imms || (!opts.one_level && l0 >= opts.l0_stop_trigger) {
                 // Waiting for jobs that cannot get space would never end.
                 space.check(&st)?;
                 let t = Instant::now();
@@ -285,8 +285,16 @@ impl Inner {
             }
             if !slowed {
                 slowed = true;
-                let backlog = (!opts.one_level && l0 >= opts.l0_slowdown_trigger).then_some(l0);
-                let near_stop = l0 + 1 >= opts.l0_stop_trigger;
+                let (backlog, near_stop) = if opts.one_level {
+                    let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
+                    let due = compaction::level1_due(st.current(), opts.tph_target_bytes);
+                    let backlog =
+                        compaction::one_level_backlog(waiting, due, opts.background_threads);
+                    (backlog, st.imms.len() + 1 >= max_imms)
+                } else {
+                    let backlog = (l0 >= opts.l0_slowdown_trigger).then_some(l0);
+                    (backlog, l0 + 1 >= opts.l0_stop_trigger)
+                };
                 let wait = self
                     .write_delay
                     .lock()
