@@ -555,9 +555,9 @@ pub(crate) fn pick_gc_victims(pieces: &[PieceLife], bottom: bool, input_bytes: u
 }
 
 /// The deepest level in one-level mode: level 1, which flushes merge into,
-/// and once it outgrows its TPHs' target, one level below it (the paper's
-/// "1 or 2 layers", §4.4.1). With level 1 as the only level its TPHs grow
-/// with the database while every flush brings each of them a piece of a
+/// and once a TPH of it passes its push-down threshold, one level below it
+/// (the paper's "1 or 2 layers", §4.4.1). With level 1 as the only level
+/// its TPHs grow with the database while every flush brings each a piece of a
 /// `fanout`th of a memtable: at 4M x 1 KiB keys, 512 MB TPHs received 8 MB
 /// pieces and kept 16 by folding the smallest (WA 2.74); at 16M they were
 /// 2 GB and each flush folded about a gigabyte, so writes stood still for
@@ -566,7 +566,8 @@ pub(crate) fn pick_gc_victims(pieces: &[PieceLife], bottom: bool, input_bytes: u
 pub(crate) const ONE_LEVEL_MAX_DEPTH: u32 = 2;
 
 /// Whether the bottom level should get a level below it: its TPHs average
-/// more than the target size, and one more level fits. Every TPH is then
+/// more than the target size (in one-level mode, one of them passes its
+/// push-down threshold), and one more level fits. Every TPH is then
 /// held near `tph_target_bytes`, at the bottom as above it, and receives
 /// pieces of about a `fanout`th of that: `max_pieces` of them fit before a
 /// fold. Letting the bottom grow to `fanout` times the target instead (the

@@ -260,14 +260,7 @@ pub(crate) fn merge(
         counts.iter().all(|&c| c > 0),
         "a piece without live keys stays"
     );
-    let tph = Tph {
-        level: ctx.level,
-        partition: ctx.partition,
-        head,
-        pieces,
-        live_counts: counts,
-        index,
-    };
+    let tph = Tph::assemble(ctx.level, ctx.partition, head, pieces, counts, index);
     Ok(MergeOutcome::Replaced {
         tph: Box::new(tph),
         obsolete,

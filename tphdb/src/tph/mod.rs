@@ -220,6 +220,9 @@ pub(crate) struct Tph {
     /// Data pieces, oldest first.
     pieces: Vec<Arc<PieceFile>>,
     live_counts: Vec<u64>,
+    /// Kept, not summed on demand: one-level mode's writers read it for
+    /// level 1 before each write group (see `compaction::level1_due`).
+    live_data_bytes: u64,
     index: GlobalIndex,
 }
 
@@ -291,14 +294,40 @@ impl Tph {
         for &(n, _) in &meta.pieces {
             pieces.push(get(n)?);
         }
-        Ok(Tph {
-            level: meta.level,
-            partition: meta.partition,
+        let live_counts = meta.pieces.iter().map(|p| p.1).collect();
+        Ok(Tph::assemble(
+            meta.level,
+            meta.partition,
             head,
-            live_counts: meta.pieces.iter().map(|p| p.1).collect(),
             pieces,
+            live_counts,
             index,
-        })
+        ))
+    }
+
+    /// A TPH of these parts: `live_counts[i]` live keys in `pieces[i]`.
+    fn assemble(
+        level: u32,
+        partition: u64,
+        head: Arc<PieceFile>,
+        pieces: Vec<Arc<PieceFile>>,
+        live_counts: Vec<u64>,
+        index: GlobalIndex,
+    ) -> Tph {
+        let live_data_bytes = pieces
+            .iter()
+            .zip(&live_counts)
+            .map(|(p, &live)| p.properties().data_bytes_of(live))
+            .sum();
+        Tph {
+            level,
+            partition,
+            head,
+            pieces,
+            live_counts,
+            live_data_bytes,
+            index,
+        }
     }
 
     pub(crate) fn level(&self) -> u32 {
@@ -346,11 +375,7 @@ impl Tph {
 
     /// Data bytes of live entries, estimated piece by piece.
     pub(crate) fn live_data_bytes(&self) -> u64 {
-        self.pieces
-            .iter()
-            .zip(&self.live_counts)
-            .map(|(p, &live)| p.properties().data_bytes_of(live))
-            .sum()
+        self.live_data_bytes
     }
 
     /// What the TPH stores beyond its live values, estimated piece by piece
