@@ -5,7 +5,7 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use super::block::{encode_block, pad_block, MAX_PADDING};
-use super::block_index::{BlockIndex, MAX_SEGMENT_BYTES};
+use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
 use super::entry::{AsEntry, EntryRef};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
 use super::sorted::encode_key_index;
@@ -125,7 +125,7 @@ pub(crate) fn write_piece_with_sections<E: AsEntry>(
     phf.encode(&mut buf);
     sections.add(file, SectionId::Phf as u32, &buf)?;
     buf.clear();
-    BlockIndex::from_offsets(&starts, options.max_segment_bytes).encode(&mut buf);
+    encode_offsets(&starts, options.max_segment_bytes, &mut buf);
     sections.add(file, SectionId::BlockIndex as u32, &buf)?;
     sections.add(
         file,
