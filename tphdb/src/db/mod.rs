@@ -588,5 +588,3 @@ impl Drop for DB {
     }
 }
 
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,414 @@
+//! The picker's choices on hand-made shapes.
+
+use std::collections::BTreeMap;
+
+use super::shape::TphSize;
+use super::*;
+use crate::tph::Garbage;
+
+fn policy() -> Policy {
+    Policy {
+        one_level: false,
+        l0_compaction_trigger: 4,
+        tph_target_bytes: 100,
+        max_levels: 4,
+        l0_slowdown_trigger: 8,
+        job_input_bytes: 1000,
+        background_threads: 2,
+        gc_dead_ratio: 0.5,
+        max_garbage_ratio: 1.0,
+    }
+}
+
+fn tph(head: u64, live_data_bytes: u64) -> TphSize {
+    TphSize {
+        head,
+        live_data_bytes,
+        merge_bytes: live_data_bytes * 2,
+        garbage: Garbage {
+            data_bytes: live_data_bytes,
+            live_entries: live_data_bytes / 10,
+            ..Garbage::default()
+        },
+    }
+}
+
+/// Fanout 2, depth 2: `l0` TPHs of 10 bytes, and level 1 as given.
+fn shape(l0: usize, level1: &[(u64, u64)]) -> Shape {
+    Shape {
+        fanout: 2,
+        depth: 2,
+        l0: (0..l0 as u64).rev().map(|h| tph(100 + h, 10)).collect(),
+        levels: vec![
+            level1.iter().map(|&(p, b)| (p, tph(p + 1, b))).collect(),
+            BTreeMap::new(),
+        ],
+    }
+}
+
+#[test]
+fn flushes_come_first_and_one_at_a_time() {
+    let s = shape(5, &[]);
+    let mut running = Running::default();
+    assert_eq!(pick(&s, 1, &running, &policy()), Some(Work::Flush));
+    running.start(&Work::Flush, &s, &policy());
+    assert!(matches!(
+        pick(&s, 1, &running, &policy()),
+        Some(Work::L0ToL1(_))
+    ));
+    running.finish(&Work::Flush, 2, &policy());
+    assert_eq!(running, Running::default());
+}
+
+#[test]
+fn level0_compacts_its_oldest_tphs_within_the_memory_bound() {
+    let s = shape(5, &[]);
+    let p = policy();
+    // Oldest first: heads 100, 101, ... (each merge 20 bytes).
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &p),
+        Some(Work::L0ToL1(vec![100, 101, 102, 103, 104]))
+    );
+    // Two passes (fanout 2) of 23 bytes hold two merges of 20.
+    let tight = Policy {
+        job_input_bytes: 23,
+        ..p
+    };
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &tight),
+        Some(Work::L0ToL1(vec![100, 101]))
+    );
+    // At least one, however large.
+    let tiny = Policy {
+        job_input_bytes: 1,
+        ..p
+    };
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &tiny),
+        Some(Work::L0ToL1(vec![100]))
+    );
+    assert_eq!(pick(&shape(3, &[]), 0, &Running::default(), &p), None);
+}
+
+#[test]
+fn push_downs_wait_for_what_owns_their_tphs() {
+    let p = policy();
+    let s = shape(0, &[(0, 500), (1, 50)]);
+    let id = TphId {
+        level: 1,
+        partition: 0,
+    };
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &p),
+        Some(Work::PushDown(id))
+    );
+    let mut running = Running::default();
+    running.start(&Work::PushDown(id), &s, &p);
+    assert_eq!(running.tphs.len(), 3, "the TPH and its two children");
+    assert_eq!(pick(&s, 0, &running, &p), None);
+    // A level-0 compaction waits for level 1 to be free, and the other
+    // way round.
+    let with_l0 = shape(8, &[(0, 150)]);
+    assert_eq!(pick(&with_l0, 0, &running, &p), None);
+    running.finish(&Work::PushDown(id), 2, &p);
+    let l0 = pick(&with_l0, 0, &running, &p).unwrap();
+    assert!(matches!(l0, Work::L0ToL1(_)));
+    running.start(&l0, &with_l0, &p);
+    assert_eq!(pick(&with_l0, 0, &running, &p), None);
+}
+
+#[test]
+fn level0_and_push_downs_out_of_level1_take_turns() {
+    let p = policy();
+    let s = shape(4, &[(0, 150), (1, 120), (2, 90)]);
+    let pushed = |partition| {
+        Some(Work::PushDown(TphId {
+            level: 1,
+            partition,
+        }))
+    };
+    // Two push-downs (one per thread), the largest first, then level 0.
+    let mut running = Running::default();
+    assert_eq!(pick(&s, 0, &running, &p), pushed(0));
+    running.start(&pushed(0).unwrap(), &s, &p);
+    let s = shape(4, &[(1, 120), (2, 90)]);
+    assert_eq!(pick(&s, 0, &running, &p), pushed(1));
+    running.start(&pushed(1).unwrap(), &s, &p);
+    running.finish(&pushed(0).unwrap(), 2, &p);
+    running.finish(&pushed(1).unwrap(), 2, &p);
+    let s = shape(4, &[(0, 110), (2, 90)]);
+    let l0 = pick(&s, 0, &running, &p).unwrap();
+    assert!(matches!(l0, Work::L0ToL1(_)));
+    running.start(&l0, &s, &p);
+    running.finish(&l0, 2, &p);
+    assert_eq!(pick(&s, 0, &running, &p), pushed(0));
+    // While one push-down holds level 1, another starts only in its
+    // turn: with two started since the last level-0 compaction, none.
+    let mut two = Running::default();
+    for partition in [0, 1] {
+        two.start(
+            &pushed(partition).unwrap(),
+            &shape(4, &[(0, 150), (1, 120)]),
+            &p,
+        );
+    }
+    two.finish(&pushed(0).unwrap(), 2, &p);
+    assert_eq!(pick(&shape(4, &[(0, 150)]), 0, &two, &p), None);
+    // From the slowdown trigger on, level 0 goes first.
+    assert!(matches!(
+        pick(&shape(8, &[(0, 150)]), 0, &Running::default(), &p),
+        Some(Work::L0ToL1(_))
+    ));
+    // Without level 0 due, push-downs run whatever the count.
+    running.level1_pushes_since_merge = 5;
+    assert_eq!(pick(&shape(3, &[(0, 150)]), 0, &running, &p), pushed(0));
+}
+
+#[test]
+fn siblings_come_due_between_half_and_all_of_the_target() {
+    let t: Vec<u64> = (0..8).map(|p| push_down_threshold(256, 8, p)).collect();
+    assert_eq!(t, [144, 160, 176, 192, 208, 224, 240, 256]);
+    // By place among siblings, at every level.
+    assert_eq!(push_down_threshold(256, 8, 8), t[0]);
+    assert_eq!(push_down_threshold(256, 8, 63), t[7]);
+    // With fanout 2 (the tests' shapes): 75 and 100.
+    assert_eq!(push_down_threshold(100, 2, 0), 75);
+    assert_eq!(push_down_threshold(100, 2, 1), 100);
+}
+
+#[test]
+fn one_level_writes_slow_once_a_memtable_waits_or_more_is_due_than_a_turn_takes() {
+    assert_eq!(one_level_backlog(0, 0, 2), None);
+    assert_eq!(one_level_backlog(0, 2, 2), None);
+    assert_eq!(one_level_backlog(0, 3, 2), Some(3));
+    assert_eq!(one_level_backlog(1, 0, 2), Some(1));
+    assert_eq!(one_level_backlog(1, 2, 2), Some(3));
+}
+
+#[test]
+fn a_one_level_flush_owns_level1() {
+    let p = Policy {
+        one_level: true,
+        ..policy()
+    };
+    let s = Shape {
+        depth: 1,
+        ..shape(0, &[(0, 500)])
+    };
+    let mut running = Running::default();
+    running.start(&Work::Flush, &s, &p);
+    assert!(running.level1_busy());
+    running.finish(&Work::Flush, 2, &p);
+    assert_eq!(running, Running::default());
+    // Level 1 is the bottom: nothing to push down.
+    assert_eq!(pick(&s, 0, &running, &p), None);
+}
+
+#[test]
+fn one_level_flushes_and_push_downs_out_of_level1_take_turns() {
+    let p = Policy {
+        one_level: true,
+        background_threads: 1,
+        ..policy()
+    };
+    // Level 1 over a bottom level, both of its TPHs past their target.
+    let s = shape(0, &[(0, 500), (1, 500)]);
+    let mut running = Running::default();
+    let first = pick(&s, 0, &running, &p).unwrap();
+    assert!(matches!(first, Work::PushDown(TphId { level: 1, .. })));
+    running.start(&first, &s, &p);
+    // With nothing to flush the other push-down starts at once.
+    assert!(matches!(
+        pick(&s, 0, &running, &p),
+        Some(Work::PushDown(TphId { level: 1, .. }))
+    ));
+    // A waiting memtable has the next turn: the other push-down waits
+    // for it rather than keep level 1 from it.
+    assert_eq!(pick(&s, 1, &running, &p), None);
+    running.finish(&first, 2, &p);
+    assert_eq!(pick(&s, 1, &running, &p), Some(Work::Flush));
+    running.start(&Work::Flush, &s, &p);
+    running.finish(&Work::Flush, 2, &p);
+    // After the flush, a push-down has its turn again, though another
+    // memtable waits: starving them let level 1 grow with the database.
+    let second = pick(&s, 1, &running, &p).unwrap();
+    assert!(matches!(second, Work::PushDown(TphId { level: 1, .. })));
+    running.start(&second, &s, &p);
+    assert_eq!(pick(&s, 1, &running, &p), None);
+}
+
+/// `tph(head, live)` with `dead` more bytes of replaced entries and
+/// `tombstones` of its live keys (of `live / 10`) tombstones.
+fn with_garbage(head: u64, live: u64, dead: u64, tombstones: u64) -> TphSize {
+    let mut t = tph(head, live);
+    t.garbage.data_bytes += dead;
+    t.garbage.dead_bytes = dead;
+    t.garbage.live_tombstones = tombstones;
+    t.garbage.live_tombstone_bytes = tombstones;
+    t
+}
+
+#[test]
+fn garbage_is_collected_once_nothing_else_is_due() {
+    let p = policy();
+    let mut s = shape(0, &[(0, 50)]);
+    // Level 2 (the bottom): 60 of 100 bytes dead.
+    s.levels[1].insert(1, with_garbage(7, 40, 60, 0));
+    let gc = Some(Work::Gc(TphId {
+        level: 2,
+        partition: 1,
+    }));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), gc);
+    // Below the ratio: nothing to do.
+    s.levels[1].insert(1, with_garbage(7, 60, 40, 0));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+    // At the bottom, live tombstones are garbage too.
+    s.levels[1].insert(1, with_garbage(7, 60, 40, 20));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), gc);
+
+    // A waiting flush, a level 0 that is due and a push-down go first.
+    assert_eq!(pick(&s, 1, &Running::default(), &p), Some(Work::Flush));
+    let mut running = Running::default();
+    running.start(&Work::Flush, &s, &p);
+    assert_eq!(pick(&s, 1, &running, &p), gc, "the flush runs");
+    let mut due = s.clone();
+    due.l0 = shape(4, &[]).l0;
+    assert!(matches!(
+        pick(&due, 0, &Running::default(), &p),
+        Some(Work::L0ToL1(_))
+    ));
+    running.all_of_level1 = true;
+    assert_eq!(pick(&due, 0, &running, &p), None, "level 0 waits");
+    s.levels[0].insert(0, tph(1, 150));
+    assert!(matches!(
+        pick(&s, 0, &Running::default(), &p),
+        Some(Work::PushDown(TphId { level: 1, .. }))
+    ));
+
+    // One fold at a time, and never of a TPH a job owns.
+    s.levels[0].insert(0, tph(1, 50));
+    let mut running = Running::default();
+    let work = pick(&s, 0, &running, &p).unwrap();
+    running.start(&work, &s, &p);
+    s.levels[1].insert(0, with_garbage(8, 10, 90, 0));
+    assert_eq!(pick(&s, 0, &running, &p), None);
+    running.finish(&work, 2, &p);
+    assert_eq!(running, Running::default());
+    running.start(
+        &Work::PushDown(TphId {
+            level: 1,
+            partition: 0,
+        }),
+        &s,
+        &p,
+    );
+    assert_eq!(pick(&s, 0, &running, &p), None, "both are children");
+    // The most garbage goes first.
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &p),
+        Some(Work::Gc(TphId {
+            level: 2,
+            partition: 0
+        }))
+    );
+    // Off at a ratio of one.
+    let off = Policy {
+        gc_dead_ratio: 1.0,
+        ..p
+    };
+    assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+}
+
+#[test]
+fn the_whole_database_holds_at_most_max_garbage_ratio() {
+    let p = Policy {
+        max_garbage_ratio: 0.2,
+        ..policy()
+    };
+    // Two bottom TPHs below `gc_dead_ratio`: 30 and 40 of 100 bytes.
+    let mut s = shape(0, &[(0, 50), (1, 50)]);
+    s.levels[1].insert(0, with_garbage(7, 70, 30, 0));
+    s.levels[1].insert(1, with_garbage(8, 60, 40, 0));
+    // 70 of 300 bytes: past 0.2, the larger share goes first.
+    let second = Some(Work::Gc(TphId {
+        level: 2,
+        partition: 1,
+    }));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), second);
+    // Off at a ratio of one: each TPH is below its own threshold.
+    let off = Policy {
+        max_garbage_ratio: 1.0,
+        ..p
+    };
+    assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+    // Once it is folded, 30 of 260 bytes are garbage: under the bound.
+    s.levels[1].insert(1, with_garbage(9, 60, 0, 0));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+    // Level 1 counts towards the whole, with its own garbage.
+    s.levels[0].insert(0, with_garbage(1, 40, 5, 1));
+    s.levels[1].insert(1, with_garbage(9, 60, 40, 0));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), second);
+    // The bound never starts a fold ahead of other work.
+    assert_eq!(pick(&s, 1, &Running::default(), &p), Some(Work::Flush));
+}
+
+#[test]
+fn tombstones_go_down_early_to_meet_what_they_delete() {
+    let p = policy();
+    // Above the bottom, tombstones hide what lies below: not garbage.
+    let mut s = shape(0, &[(0, 50)]);
+    s.levels[0].insert(0, with_garbage(1, 50, 0, 2));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+    // Mostly tombstones (of 5 live keys): pushed down.
+    s.levels[0].insert(0, with_garbage(1, 50, 0, 3));
+    let push = Some(Work::PushDown(TphId {
+        level: 1,
+        partition: 0,
+    }));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), push);
+    // A level 0 of mostly tombstones compacts below its trigger, first.
+    s.l0 = vec![tph(101, 10), tph(100, 10)];
+    assert_eq!(pick(&s, 0, &Running::default(), &p), push);
+    s.l0[0] = with_garbage(101, 10, 0, 1);
+    assert_eq!(
+        pick(&s, 0, &Running::default(), &p),
+        Some(Work::L0ToL1(vec![100, 101]))
+    );
+}
+
+#[test]
+fn the_bottom_deepens_once_its_tphs_average_past_the_target_or_one_level_has_one_due() {
+    let p = policy();
+    // Depth 2 over fanout 2: 4 bottom partitions of target 100, so
+    // deepening starts past 4 * 100 bytes, however they are spread.
+    let mut s = shape(0, &[]);
+    s.levels[1] = (0..4).map(|i| (i, tph(i, 100))).collect();
+    assert!(!should_deepen(&s, &p));
+    s.levels[1].insert(0, tph(0, 20));
+    s.levels[1].insert(3, tph(3, 181));
+    assert!(should_deepen(&s, &p));
+    assert!(should_deepen(&s, &p));
+    assert!(!should_deepen(&s, &Policy { max_levels: 2, ..p }));
+    // One-level mode: level 1 and one level below it, no more.
+    let one_level = Policy {
+        one_level: true,
+        ..p
+    };
+    assert!(!should_deepen(&s, &one_level));
+    // It deepens as soon as one TPH passes its push-down threshold (75
+    // and 100 bytes), before the average reaches the target.
+    let mut s1 = shape(0, &[(0, 70), (1, 90)]);
+    s1.depth = 1;
+    assert!(!should_deepen(&s1, &one_level));
+    s1.levels[0].insert(0, tph(0, 76));
+    s1.levels[0].insert(1, tph(1, 10));
+    assert!(should_deepen(&s1, &one_level));
+    assert!(!should_deepen(&s1, &p));
+    assert!(!should_deepen(
+        &s1,
+        &Policy {
+            max_levels: 1,
+            ..one_level
+        }
+    ));
+}
