@@ -587,4 +587,3 @@ impl Drop for DB {
         let _ = self.inner.shutdown();
     }
 }
-

@@ -268,15 +268,24 @@ pub(crate) fn merge(
     })
 }
 
-/// How many more pieces than `max_pieces` a TPH due for a push-down keeps.
+/// How many more pieces than `max_pieces` a TPH above the bottom may keep.
 const PUSH_DUE_PIECES_FACTOR: usize = 4;
 
-/// The pieces the merged TPH may keep. Level-0 merges score their
-/// push-downs of level 1 against level 0's backlog, so a level-1 TPH can
-/// stay past its target for several merges; folding it then cost
-/// `fillrandom` of 16M 1 KiB values 0.43 bytes per byte.
+/// The pieces the merged TPH may keep. Above the bottom, a TPH's push-down
+/// carries every live entry down anyway, so a fold before it writes them
+/// twice:
+/// - Past its threshold, it keeps up to `PUSH_DUE_PIECES_FACTOR` times
+///   `max_pieces`. Level-0 merges score their push-downs of level 1 against
+///   level 0's backlog, so a level-1 TPH can stay past its target for
+///   several merges; folding it then cost `fillrandom` of 16M 1 KiB values
+///   0.43 bytes per byte.
+/// - Below it, as many pieces as deltas of this one's size take to fill it
+///   (within the same bound). In one-level mode each flush brings a level-1
+///   TPH an eighth of a memtable, so 16 pieces filled only half of its
+///   threshold, and folding the rest of the way cost a 16M-key fill 0.29
+///   bytes per byte.
 fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) -> usize {
-    let Some(target) = ctx.push_past_bytes else {
+    let Some(threshold) = ctx.push_past_bytes else {
         return ctx.max_pieces;
     };
     let base_bytes = base.map_or(0, |b| b.live_data_bytes());
@@ -284,11 +293,14 @@ fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) 
         .iter()
         .map(|e| e.entry_ref().encoded_len() as u64)
         .sum();
-    if base_bytes.saturating_add(delta_bytes) > target {
-        (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES)
-    } else {
-        ctx.max_pieces
+    let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
+    if base_bytes.saturating_add(delta_bytes) > threshold {
+        return most;
     }
+    let to_fill = threshold.div_ceil(delta_bytes.max(1));
+    usize::try_from(to_fill)
+        .unwrap_or(usize::MAX)
+        .clamp(ctx.max_pieces.min(most), most)
 }
 
 /// Marks the base keys `delta` replaces, and returns the base's live counts

@@ -303,30 +303,41 @@ fn insert_only_merges_keep_old_pieces_and_write_only_the_delta() {
 }
 
 #[test]
-fn a_tph_due_for_a_push_down_puts_off_its_folds() {
-    let batch = |round: u32| -> Model {
-        (round * 100..round * 100 + 100)
+fn a_tph_above_the_bottom_puts_off_its_folds_until_its_push_down() {
+    let batch = |round: u32, size: u32| -> Model {
+        (round * size..round * size + size)
             .map(|i| (key(i), Some(vec![1u8; 100])))
             .collect()
     };
-    // From the fourth batch on (about 113 bytes an entry) the TPH is due:
-    // it keeps up to 4 x 2 pieces, then folds as before.
+    // Threshold 350 entries (about 113 bytes each), batches of 100: four
+    // fill it, so the TPH keeps four pieces below it although max_pieces
+    // is 2, and from the fourth batch on it is due and keeps up to 4 x 2.
     let mut h = Harness::new(false, 2);
     h.push_past_bytes = Some(350 * 113);
     let mut counts = Vec::new();
-    let mut folded = 0;
+    let mut folded = Vec::new();
     for round in 0..12 {
-        folded += h.merge(&batch(round)).fold_bytes_written;
+        folded.push(h.merge(&batch(round, 100)).fold_bytes_written);
         counts.push(h.tph.as_ref().unwrap().piece_count());
     }
     h.check();
-    assert_eq!(counts[..8], [1, 2, 2, 3, 4, 5, 6, 7], "{counts:?}");
+    assert_eq!(counts[..8], [1, 2, 3, 4, 5, 6, 7, 8], "{counts:?}");
     assert!(counts[8..].iter().all(|&c| c == 8), "{counts:?}");
-    assert!(folded > 0);
-    // Without the target, the TPH folds to stay at two pieces.
+    assert_eq!(folded[..8], [0; 8], "{folded:?}");
+    assert!(folded[8..].iter().all(|&f| f > 0), "{folded:?}");
+    // Smaller batches: still no more than 4 x 2 pieces, before or after.
+    let mut h = Harness::new(false, 2);
+    h.push_past_bytes = Some(350 * 113);
+    for round in 0..20 {
+        h.merge(&batch(round, 25));
+        let count = h.tph.as_ref().unwrap().piece_count();
+        assert_eq!(count, (round as usize + 1).min(8), "round {round}");
+    }
+    h.check();
+    // At the bottom (no threshold), the TPH folds to stay at two pieces.
     let mut h = Harness::new(false, 2);
     for round in 0..12 {
-        h.merge(&batch(round));
+        h.merge(&batch(round, 100));
         assert!(h.tph.as_ref().unwrap().piece_count() <= 2);
     }
     h.check();
