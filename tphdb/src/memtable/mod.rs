@@ -1,5 +1,6 @@
 //! The memtable: recent writes, all versions, in an arena skiplist.
 
+mod arena;
 mod skiplist;
 
 use std::sync::{Arc, OnceLock};
@@ -10,7 +11,7 @@ use fastbloom::AtomicBloomFilter;
 use crate::cursor::{Cursor, ValueRef};
 use crate::error::Result;
 use crate::hash::key_hash;
-pub(crate) use skiplist::FrozenArena;
+pub(crate) use arena::FrozenArena;
 use skiplist::{Entry, Position, SkipList};
 
 /// A version found in a memtable: `value` is `None` for a delete.

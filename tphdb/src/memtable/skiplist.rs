@@ -15,28 +15,20 @@
 //! readers follow pointers without locks: a node is fully written before the
 //! release store that links it in, and readers load links with acquire.
 
-#[cfg(miri)]
-use std::alloc::{alloc, dealloc};
-use std::alloc::{handle_alloc_error, Layout};
 use std::cmp::Ordering;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{
     AtomicPtr, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
-use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
+
+use super::arena::{Arena, FrozenArena, ALIGN};
 
 /// Tallest node. With a branching factor of 4, twelve levels keep searches
 /// logarithmic up to 4^12 = 16M entries, far more than a memtable holds.
 pub(crate) const MAX_HEIGHT: usize = 12;
 const BRANCHING: u32 = 4;
-
-/// Arena blocks are allocated this large; entries over a quarter of it get a
-/// block of their own so that a big value wastes no block tail.
-const BLOCK_BYTES: usize = 1 << 20;
-const ALIGN: usize = 8;
 
 /// `value_len` of a delete.
 const TOMBSTONE: u32 = u32::MAX;
@@ -44,125 +36,6 @@ const TOMBSTONE: u32 = u32::MAX;
 /// Bytes of a node from `next[0]` to the key.
 const HEADER_BYTES: usize = 8 + 8 + 4 + 4;
 const LINK_BYTES: usize = std::mem::size_of::<AtomicPtr<u8>>();
-
-/// A block of arena memory, freed when the list and every [`Bytes`] taken
-/// from a frozen list are gone.
-///
-/// Blocks are mapped from the kernel, not taken from the allocator: glibc
-/// raises its mmap threshold to the size of a freed mapped chunk, after
-/// which every 1 MiB block came from its heaps and, freed, stayed resident.
-/// A 256 MiB `readwhilewriting` was killed for it; with the threshold held
-/// still it peaked at 176 MB.
-struct Block {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-// SAFETY: a block is plain memory; who may write it is the arena's rule.
-unsafe impl Send for Block {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Block {}
-
-impl Block {
-    /// `bytes` (nonzero) of zeroed, 8-aligned memory.
-    fn new(bytes: usize) -> Block {
-        let layout = Layout::from_size_align(bytes, ALIGN).expect("block layout");
-        #[cfg(not(miri))]
-        // SAFETY: an anonymous private mapping takes no pointer arguments.
-        let p = unsafe {
-            let p = libc::mmap(
-                ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                ptr::null_mut()
-            } else {
-                p as *mut u8
-            }
-        };
-        #[cfg(miri)]
-        // SAFETY: `bytes` is nonzero.
-        let p = unsafe { alloc(layout) };
-        match NonNull::new(p) {
-            Some(ptr) => Block { ptr, layout },
-            None => handle_alloc_error(layout),
-        }
-    }
-}
-
-impl Drop for Block {
-    fn drop(&mut self) {
-        // SAFETY: made by `Block::new` with this layout; dropped once, when
-        // the last `Arc` goes.
-        unsafe {
-            #[cfg(not(miri))]
-            libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.layout.size());
-            #[cfg(miri)]
-            dealloc(self.ptr.as_ptr(), self.layout);
-        }
-    }
-}
-
-/// The written prefix of a block, as the owner of a [`Bytes`].
-struct WrittenBlock {
-    block: Arc<Block>,
-    len: usize,
-}
-
-impl AsRef<[u8]> for WrittenBlock {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: the first `len` bytes were all written (padding included)
-        // and, the list being frozen, are never written again.
-        unsafe { std::slice::from_raw_parts(self.block.ptr.as_ptr(), self.len) }
-    }
-}
-
-/// Bump allocation in blocks that live as long as the list.
-struct Arena {
-    /// Each block and how much of it is written.
-    blocks: Vec<(Arc<Block>, usize)>,
-    cursor: *mut u8,
-    remaining: usize,
-}
-
-impl Arena {
-    /// `bytes` (a multiple of [`ALIGN`]) of 8-aligned memory, and what it
-    /// cost: the bytes themselves, plus the tail of a block left behind.
-    fn alloc(&mut self, bytes: usize) -> (*mut u8, usize) {
-        debug_assert_eq!(bytes % ALIGN, 0);
-        if bytes > BLOCK_BYTES / 4 {
-            let p = self.new_block(bytes);
-            // Its own block, put before the current one, which stays last.
-            let own = self.blocks.pop().expect("just pushed");
-            let at = self.blocks.len().saturating_sub(1);
-            self.blocks.insert(at, (own.0, bytes));
-            return (p, bytes);
-        }
-        let mut cost = bytes;
-        if self.remaining < bytes {
-            cost += self.remaining;
-            self.cursor = self.new_block(BLOCK_BYTES);
-            self.remaining = BLOCK_BYTES;
-        }
-        let p = self.cursor;
-        // SAFETY: `bytes <= remaining`, so this stays inside the block.
-        self.cursor = unsafe { p.add(bytes) };
-        self.remaining -= bytes;
-        self.blocks.last_mut().expect("a current block").1 += bytes;
-        (p, cost)
-    }
-
-    fn new_block(&mut self, bytes: usize) -> *mut u8 {
-        let block = Block::new(bytes);
-        let p = block.ptr.as_ptr();
-        self.blocks.push((Arc::new(block), 0));
-        p
-    }
-}
 
 /// What only the one writer touches.
 struct Writer {
@@ -172,30 +45,6 @@ struct Writer {
     frozen: bool,
     /// Set by [`SkipList::spill`]: the written blocks are file pages.
     spilled: bool,
-}
-
-/// The arena of a frozen list as [`Bytes`], so that its keys and values can
-/// be handed out without copying.
-pub(crate) struct FrozenArena {
-    /// Each block's written bytes, by address.
-    blocks: Vec<Bytes>,
-}
-
-impl FrozenArena {
-    /// `s`, a key or value of the frozen list, as a [`Bytes`] sharing the
-    /// arena.
-    ///
-    /// # Panics
-    /// If `s` is not in the arena.
-    pub(crate) fn share(&self, s: &[u8]) -> Bytes {
-        if s.is_empty() {
-            return Bytes::new();
-        }
-        let addr = s.as_ptr().addr();
-        let i = self.blocks.partition_point(|b| b.as_ptr().addr() <= addr);
-        let block = &self.blocks[i.checked_sub(1).expect("a slice of the arena")];
-        block.slice_ref(s)
-    }
 }
 
 /// A sorted multiset of (key ascending, seq descending) entries, so that the
@@ -317,11 +166,7 @@ unsafe fn link<'a>(node: *mut u8, level: usize) -> &'a AtomicPtr<u8> {
 
 impl SkipList {
     pub(crate) fn new() -> SkipList {
-        let mut arena = Arena {
-            blocks: Vec::new(),
-            cursor: ptr::null_mut(),
-            remaining: 0,
-        };
+        let mut arena = Arena::new();
         let (head, cost) = new_node(&mut arena, MAX_HEIGHT, b"", 0, None);
         SkipList {
             head,
@@ -462,20 +307,7 @@ impl SkipList {
     pub(crate) fn freeze(&self) -> FrozenArena {
         let mut w = self.writer.lock();
         w.frozen = true;
-        let mut blocks: Vec<Bytes> = w
-            .arena
-            .blocks
-            .iter()
-            .filter(|(_, len)| *len > 0)
-            .map(|(block, len)| {
-                Bytes::from_owner(WrittenBlock {
-                    block: block.clone(),
-                    len: *len,
-                })
-            })
-            .collect();
-        blocks.sort_unstable_by_key(|b| b.as_ptr().addr());
-        FrozenArena { blocks }
+        w.arena.share()
     }
 
     /// Moves the frozen list's memory into `file`: each written block is
@@ -489,43 +321,15 @@ impl SkipList {
     /// If the list is not frozen.
     #[cfg(all(target_os = "linux", not(miri)))]
     pub(crate) fn spill(&self, file: &std::fs::File) -> std::io::Result<u64> {
-        use std::os::unix::fs::FileExt;
         let mut w = self.writer.lock();
         assert!(w.frozen, "spill of a memtable still written");
         if w.spilled {
             return Ok(0);
         }
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        // Blocks are page-aligned mappings, so whole pages of each are
-        // inside it; past the written prefix they are zero.
-        let spans: Vec<(*mut u8, usize)> = w
-            .arena
-            .blocks
-            .iter()
-            .filter(|(_, len)| *len > 0)
-            .map(|(block, len)| (block.ptr.as_ptr(), len.next_multiple_of(page)))
-            .collect();
-        // Everything is copied before anything is remapped, so a failed
-        // write leaves the list as it was.
-        let mut offset = 0u64;
-        for &(ptr, len) in &spans {
-            // SAFETY: the span is inside the block's mapping (see above),
-            // and a frozen list's memory is never written again.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
-            file.write_all_at(bytes, offset)?;
-            offset += len as u64;
-        }
-        let mut offset = 0u64;
-        for &(ptr, len) in &spans {
-            // SAFETY: `ptr..ptr + len` is a span of this list's blocks,
-            // which live as long as the list, and `file` holds their exact
-            // bytes at `offset`.
-            unsafe { map_over(ptr, len, file, offset)? };
-            offset += len as u64;
-        }
+        // SAFETY: a frozen list's memory is never written again.
+        let moved = unsafe { w.arena.spill(file)? };
         w.spilled = true;
-        Ok(offset)
+        Ok(moved)
     }
 
     /// Without mappings to swap, memory stays where it is.
@@ -549,70 +353,6 @@ impl SkipList {
             _list: std::marker::PhantomData,
         }
     }
-}
-
-/// Replaces the memory at `target..target + len` by a private mapping of
-/// `file` at `offset`, atomically for other threads: the range is mapped
-/// first elsewhere, then moved over the target in one `mremap`, which
-/// refuses before unmapping anything for what can be foreseen (too many
-/// mappings). Threads reading the range meanwhile see the old page or the
-/// new one, which hold the same bytes.
-///
-/// # Safety
-/// `target` is page-aligned, the range is mapped memory nobody writes, and
-/// `file` holds its exact bytes at `offset` (page-aligned).
-#[cfg(all(target_os = "linux", not(miri)))]
-unsafe fn map_over(
-    target: *mut u8,
-    len: usize,
-    file: &std::fs::File,
-    offset: u64,
-) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a new mapping at an address the kernel picks touches no
-    // memory of ours.
-    let fresh = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            offset as libc::off_t,
-        )
-    };
-    if fresh == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fresh` is our mapping of `len` bytes, and the caller
-    // vouches that the target range may be replaced by identical bytes.
-    let moved = unsafe {
-        libc::mremap(
-            fresh,
-            len,
-            len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            target as *mut libc::c_void,
-        )
-    };
-    if moved != libc::MAP_FAILED {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    // SAFETY: `fresh` is still ours, and nothing points into it.
-    unsafe { libc::munmap(fresh, len) };
-    // A failure after the target was unmapped would leave readers pointing
-    // at nothing; `mincore` fails on an unmapped range.
-    // SAFETY: sysconf has no memory arguments.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let mut resident = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `resident` has a byte per page of the range.
-    let mapped = unsafe { libc::mincore(target as *mut libc::c_void, len, resident.as_mut_ptr()) };
-    if mapped != 0 {
-        eprintln!("tphdb: memtable memory lost while moving it to a file: {e}");
-        std::process::abort();
-    }
-    Err(e)
 }
 
 /// A height with P(h) = (1/4)^(h-1) * 3/4, capped at [`MAX_HEIGHT`].
@@ -672,6 +412,7 @@ fn new_node(
 
 #[cfg(test)]
 mod tests {
+    use super::super::arena::BLOCK_BYTES;
     use super::*;
     use std::collections::BTreeMap;
     use std::sync::Arc;
