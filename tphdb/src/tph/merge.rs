@@ -211,9 +211,7 @@ pub(crate) fn merge(
         .filter(|&i| !dead[i] && !victim[i])
         .collect();
 
-    let entry_bytes =
-        |w: &[DeltaEntry]| -> u64 { w.iter().map(|e| e.entry_ref().encoded_len() as u64).sum() };
-    let carried_bytes = entry_bytes(&carried);
+    let carried_bytes = encoded_bytes(&carried);
     let mut written = delta;
     written.reserve_exact(carried.len());
     written.extend(carried);
@@ -242,7 +240,7 @@ pub(crate) fn merge(
     // The rest of the piece is its entries and their indexes: the delta's
     // share and the folds', by their entries' sizes.
     let data = head.file_bytes().saturating_sub(index_bytes);
-    let total = entry_bytes(&written).max(1);
+    let total = encoded_bytes(&written).max(1);
     let carried_bytes = carried_bytes.min(total);
     stats.index_bytes_written = index_bytes;
     stats.fold_bytes_written = (data as u128 * carried_bytes as u128 / total as u128) as u64;
@@ -268,6 +266,14 @@ pub(crate) fn merge(
     })
 }
 
+/// Bytes `entries` take encoded in a piece.
+fn encoded_bytes(entries: &[DeltaEntry]) -> u64 {
+    entries
+        .iter()
+        .map(|e| e.entry_ref().encoded_len() as u64)
+        .sum()
+}
+
 /// How many more pieces than `max_pieces` a TPH above the bottom may keep.
 const PUSH_DUE_PIECES_FACTOR: usize = 4;
 
@@ -289,10 +295,7 @@ fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) 
         return ctx.max_pieces;
     };
     let base_bytes = base.map_or(0, |b| b.live_data_bytes());
-    let delta_bytes: u64 = delta
-        .iter()
-        .map(|e| e.entry_ref().encoded_len() as u64)
-        .sum();
+    let delta_bytes = encoded_bytes(delta);
     let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
     if base_bytes.saturating_add(delta_bytes) > threshold {
         return most;
