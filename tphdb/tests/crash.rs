@@ -21,7 +21,9 @@ fn options(fs: &FaultFs) -> Options {
         file_system: Some(Arc::new(fs.clone())),
         write_buffer_bytes: 3 << 10,
         max_immutable_memtables: 2,
-        tph_target_bytes: 3 << 10,
+        // Below the workload's live data: level-1 TPHs are pushed down
+        // while level 0 merges into them.
+        tph_target_bytes: 1 << 10,
         fanout: 2,
         max_levels: 3,
         l0_compaction_trigger: 2,
@@ -117,6 +119,8 @@ struct Run {
     must_survive_crash: usize,
     /// Writes acknowledged after one failed for lack of space.
     written_after_no_space: usize,
+    /// Push-downs into whose TPH other jobs merged while they ran.
+    push_downs_overlapped: u64,
     /// Images taken while the database was still open.
     power_loss: Option<FaultFs>,
     process_crash: Option<FaultFs>,
@@ -134,6 +138,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
         acknowledged: 0,
         must_survive_crash: 0,
         written_after_no_space: 0,
+        push_downs_overlapped: 0,
         power_loss: None,
         process_crash: None,
     };
@@ -200,6 +205,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
         }
     }
     r.done.extend(unknown);
+    r.push_downs_overlapped = db.stats().push_downs_overlapped;
     r.power_loss = Some(fs.crash(seed));
     r.process_crash = Some(fs.snapshot());
     drop(db);
@@ -374,10 +380,12 @@ fn sweep_crashing_at_each_sync() {
         fs.sync_count()
     };
     assert!(syncs > 50, "{syncs} syncs");
+    let mut overlapped = 0;
     for n in 0..syncs {
         let fs = FaultFs::new();
         fs.crash_at_sync(n, n);
         let r = run(&fs, &ops, 0, n);
+        overlapped += r.push_downs_overlapped;
         let Some(image) = fs.crash_image() else {
             // Background timing moved the sync past the end of the run.
             continue;
@@ -389,6 +397,9 @@ fn sweep_crashing_at_each_sync() {
             &format!("crash at sync {n}"),
         );
     }
+    // The edit that ends a push-down others merged into meanwhile (see
+    // `db/push_down.rs`) is among those crashed at.
+    assert!(overlapped > 0, "no push-down overlapped a merge");
 }
 
 /// A small database: 30 keys flushed into pieces, 10 more writes only in the

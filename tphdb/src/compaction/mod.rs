@@ -4,9 +4,10 @@
 //! `VersionSet::PickCompaction`).
 //!
 //! A job owns the TPHs it rewrites: a flush in one-level mode and a level-0
-//! compaction own all of level 1; pushing TPH `(i, p)` down owns it and its
-//! `fanout` children; a GC fold owns its TPH. Jobs on disjoint TPHs run in
-//! parallel.
+//! compaction own all of level 1; pushing TPH `(i, p)` down owns its
+//! `fanout` children, and `(i, p)` itself only at its end, so merges into
+//! it go on meanwhile (see [`Running`]); a GC fold owns its TPH. Jobs on
+//! disjoint TPHs run in parallel.
 
 mod picker;
 mod shape;

@@ -19,14 +19,25 @@ pub(crate) enum Work {
 }
 
 /// The jobs running, by what they own.
+///
+/// A push-down reads its TPH as it was when it started and owns only the
+/// children it merges into: merges into the TPH itself go on meanwhile,
+/// keeping the pieces it carries (`MergeContext::pinned`). At its end it
+/// takes the TPH once no merge into it runs, and drops the pieces it
+/// carried down ([`Running::take_source`]). So a flush in one-level mode or
+/// a level-0 compaction never waits for a push-down out of level 1.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Running {
     pub(crate) flush: bool,
     /// A job merging into every TPH of level 1 runs: a level-0 compaction,
     /// or a flush in one-level mode.
     pub(crate) all_of_level1: bool,
-    /// TPHs a push-down owns.
+    /// TPHs a job rewrites, which no other job may merge into: the children
+    /// of a push-down, a TPH a GC fold folds, and a push-down's own TPH at
+    /// its end.
     pub(crate) tphs: HashSet<TphId>,
+    /// TPHs being pushed into their children.
+    pub(crate) pushing: HashSet<TphId>,
     /// Push-downs out of level 1 started since the last job merging into
     /// all of it (a level-0 compaction, or a flush in one-level mode).
     pub(crate) level1_pushes_since_merge: usize,
@@ -35,6 +46,8 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    /// Whether some job rewrites a level-1 TPH, so that no job may merge
+    /// into all of level 1.
     pub(super) fn level1_busy(&self) -> bool {
         self.all_of_level1 || self.tphs.iter().any(|t| t.level == 1)
     }
@@ -46,6 +59,7 @@ impl Running {
                 debug_assert!(!self.flush);
                 self.flush = true;
                 if policy.one_level {
+                    debug_assert!(!self.level1_busy());
                     self.all_of_level1 = true;
                     self.level1_pushes_since_merge = 0;
                 }
@@ -56,17 +70,28 @@ impl Running {
                 self.level1_pushes_since_merge = 0;
             }
             Work::PushDown(id) => {
-                debug_assert!(!self.tphs.contains(id));
+                debug_assert!(self.may_push(shape, *id));
                 self.level1_pushes_since_merge += usize::from(id.level == 1);
-                self.tphs.insert(*id);
+                self.pushing.insert(*id);
                 self.tphs.extend(shape.children(*id));
             }
             Work::Gc(id) => {
-                debug_assert!(!self.gc && !self.tphs.contains(id));
+                debug_assert!(!self.gc && self.may_take(*id));
                 self.gc = true;
                 self.tphs.insert(*id);
             }
         }
+    }
+
+    /// At the end of the push-down of `id`: takes its TPH if no job merges
+    /// into it, so that none does until the push-down is finished.
+    pub(crate) fn take_source(&mut self, id: TphId) -> bool {
+        debug_assert!(self.pushing.contains(&id));
+        if !self.may_merge_into(id) {
+            return false;
+        }
+        self.tphs.insert(id);
+        true
     }
 
     /// Releases what `work` owned.
@@ -80,6 +105,7 @@ impl Running {
             }
             Work::L0ToL1(_) => self.all_of_level1 = false,
             Work::PushDown(id) => {
+                self.pushing.remove(id);
                 self.tphs.remove(id);
                 let f = fanout;
                 for partition in id.partition * f..id.partition * f + f {
@@ -96,23 +122,31 @@ impl Running {
         }
     }
 
-    /// Whether a job may rewrite TPH `id` alone.
-    fn may_take(&self, id: TphId) -> bool {
+    /// Whether a job may merge into TPH `id`.
+    fn may_merge_into(&self, id: TphId) -> bool {
         let level1_held = id.level == 1 && self.all_of_level1;
         !level1_held && !self.tphs.contains(&id)
     }
 
-    /// Whether a job may push TPH `id` into its children.
+    /// Whether a job may rewrite TPH `id` alone: no job merges into it, and
+    /// none pushes it down.
+    fn may_take(&self, id: TphId) -> bool {
+        self.may_merge_into(id) && !self.pushing.contains(&id)
+    }
+
+    /// Whether a job may push TPH `id` into its children. Children being
+    /// pushed down themselves are merged into meanwhile.
     fn may_push(&self, shape: &Shape, id: TphId) -> bool {
-        self.may_take(id) && shape.children(id).all(|c| !self.tphs.contains(&c))
+        self.may_take(id) && shape.children(id).all(|c| self.may_merge_into(c))
     }
 }
 
 /// The job to start next, if any: flushes first (writers wait for them),
 /// then compactions, then garbage collection.
 ///
-/// A level-0 compaction and a push-down out of level 1 both own level-1
-/// TPHs, so they take turns: while level 0 is due but below
+/// A push-down out of level 1 starts only while no level-0 compaction
+/// (which merges into all of level 1) runs, though the compaction may start
+/// while it runs, so they take turns starting: while level 0 is due but below
 /// `l0_slowdown_trigger`, up to `background_threads` push-downs of level-1
 /// TPHs past their target go before each level-0 compaction. Giving level
 /// 0 every turn it was due starved the push-downs during a fill: level-1
@@ -156,7 +190,8 @@ pub(crate) fn pick(
 
 /// [`pick`] in one-level mode, where each flush merges into all of level 1
 /// and so takes the level-0 compaction's turns with the push-downs out of
-/// level 1: after each flush, up to `turns` of them go before the next.
+/// level 1: after each flush, up to `turns` of them start before the next,
+/// which then runs beside them.
 /// Flushing whenever a memtable waited starved them during a fill, level 1
 /// came to hold the whole database, and each flush rebuilt the global
 /// indexes over every key.

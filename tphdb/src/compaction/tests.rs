@@ -104,17 +104,27 @@ fn push_downs_wait_for_what_owns_their_tphs() {
     );
     let mut running = Running::default();
     running.start(&Work::PushDown(id), &s, &p);
-    assert_eq!(running.tphs.len(), 3, "the TPH and its two children");
+    assert_eq!(running.tphs.len(), 2, "its two children");
+    assert!(running.pushing.contains(&id));
     assert_eq!(pick(&s, 0, &running, &p), None);
-    // A level-0 compaction waits for level 1 to be free, and the other
-    // way round.
+    // A level-0 compaction merges into level 1 while the push-down runs
+    // (keeping the pieces it carries)...
     let with_l0 = shape(8, &[(0, 150)]);
-    assert_eq!(pick(&with_l0, 0, &running, &p), None);
-    running.finish(&Work::PushDown(id), 2, &p);
     let l0 = pick(&with_l0, 0, &running, &p).unwrap();
     assert!(matches!(l0, Work::L0ToL1(_)));
     running.start(&l0, &with_l0, &p);
+    // ...and the push-down, done with its children, waits for it to end
+    // before it takes its TPH back.
+    assert!(!running.take_source(id));
+    running.finish(&l0, 2, &p);
+    assert!(running.take_source(id));
+    assert!(running.level1_busy());
     assert_eq!(pick(&with_l0, 0, &running, &p), None);
+    running.finish(&Work::PushDown(id), 2, &p);
+    assert_eq!(running.tphs.len(), 0);
+    // A push-down out of level 1 does not start while level 0 merges in.
+    running.start(&l0, &with_l0, &p);
+    assert_eq!(pick(&shape(0, &[(0, 500)]), 0, &running, &p), None);
 }
 
 #[test]
@@ -142,8 +152,9 @@ fn level0_and_push_downs_out_of_level1_take_turns() {
     running.start(&l0, &s, &p);
     running.finish(&l0, 2, &p);
     assert_eq!(pick(&s, 0, &running, &p), pushed(0));
-    // While one push-down holds level 1, another starts only in its
-    // turn: with two started since the last level-0 compaction, none.
+    // While one push-down runs, another starts only in its turn: with two
+    // started since the last level-0 compaction, level 0 goes next,
+    // beside the push-down still running.
     let mut two = Running::default();
     for partition in [0, 1] {
         two.start(
@@ -153,7 +164,10 @@ fn level0_and_push_downs_out_of_level1_take_turns() {
         );
     }
     two.finish(&pushed(0).unwrap(), 2, &p);
-    assert_eq!(pick(&shape(4, &[(0, 150)]), 0, &two, &p), None);
+    assert!(matches!(
+        pick(&shape(4, &[(0, 150)]), 0, &two, &p),
+        Some(Work::L0ToL1(_))
+    ));
     // From the slowdown trigger on, level 0 goes first.
     assert!(matches!(
         pick(&shape(8, &[(0, 150)]), 0, &Running::default(), &p),
@@ -223,18 +237,26 @@ fn one_level_flushes_and_push_downs_out_of_level1_take_turns() {
         Some(Work::PushDown(TphId { level: 1, .. }))
     ));
     // A waiting memtable has the next turn: the other push-down waits
-    // for it rather than keep level 1 from it.
-    assert_eq!(pick(&s, 1, &running, &p), None);
-    running.finish(&first, 2, &p);
+    // for it, and it runs beside the first.
     assert_eq!(pick(&s, 1, &running, &p), Some(Work::Flush));
     running.start(&Work::Flush, &s, &p);
+    assert_eq!(pick(&s, 1, &running, &p), None);
+    // The first push-down's end waits for the flush.
+    let Work::PushDown(id) = first else {
+        unreachable!()
+    };
+    assert!(!running.take_source(id));
     running.finish(&Work::Flush, 2, &p);
-    // After the flush, a push-down has its turn again, though another
-    // memtable waits: starving them let level 1 grow with the database.
+    assert!(running.take_source(id));
+    // While it ends, no flush starts; after the flush, a push-down has
+    // its turn again, though another memtable waits: starving them let
+    // level 1 grow with the database.
     let second = pick(&s, 1, &running, &p).unwrap();
     assert!(matches!(second, Work::PushDown(TphId { level: 1, .. })));
     running.start(&second, &s, &p);
     assert_eq!(pick(&s, 1, &running, &p), None);
+    running.finish(&first, 2, &p);
+    assert_eq!(pick(&s, 1, &running, &p), Some(Work::Flush));
 }
 
 /// `tph(head, live)` with `dead` more bytes of replaced entries and

@@ -1,6 +1,6 @@
 //! Which pieces a merge or a GC fold rewrites into the piece it writes.
 
-use crate::tph::Garbage;
+use crate::tph::{Garbage, MAX_PIECES};
 
 /// What the GC choice needs to know of a piece of a TPH being merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,6 +12,9 @@ pub(crate) struct PieceLife {
     /// Data bytes of the live entries: what folding it rewrites.
     pub(crate) live_bytes: u64,
     pub(crate) garbage: Garbage,
+    /// A running push-down carries the piece down and drops it from the
+    /// TPH when it ends, so folding it would write its entries twice.
+    pub(crate) pinned: bool,
 }
 
 /// Which pieces (oldest first) a merge folds into the piece it writes: any
@@ -19,7 +22,9 @@ pub(crate) struct PieceLife {
 /// then enough of the cheapest to rewrite (fewest live bytes, then oldest)
 /// that the TPH keeps at most `max_pieces`, the new piece included. Folding
 /// anything makes a new piece even without a delta (`adds_piece`). Dead
-/// pieces are never victims: they simply go.
+/// pieces are never victims: they simply go. Pinned pieces are folded only
+/// if the TPH would otherwise pass [`MAX_PIECES`]: until their push-down
+/// ends, the TPH may keep more than `max_pieces`.
 pub(crate) fn pick_victims(
     pieces: &[PieceLife],
     max_pieces: usize,
@@ -27,19 +32,38 @@ pub(crate) fn pick_victims(
     adds_piece: bool,
 ) -> Vec<bool> {
     let mut victim = vec![false; pieces.len()];
-    let mut candidates: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].live > 0).collect();
-    for &i in &candidates {
+    let live: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].live > 0).collect();
+    for &i in &live {
         let p = pieces[i];
-        if (p.live as f64) < min_live_ratio * p.entries.max(1) as f64 {
+        if !p.pinned && (p.live as f64) < min_live_ratio * p.entries.max(1) as f64 {
             victim[i] = true;
         }
     }
-    let kept = candidates.iter().filter(|&&i| !victim[i]).count();
+    let kept = live.iter().filter(|&&i| !victim[i]).count();
     let max = max_pieces.max(1);
     let new_piece = adds_piece || victim.iter().any(|&v| v) || kept + 1 > max;
-    let mut excess = (kept + new_piece as usize).saturating_sub(max);
-    candidates.sort_by_key(|&i| (pieces[i].live_bytes, i));
-    for i in candidates {
+    let mut cheapest = live.clone();
+    cheapest.sort_by_key(|&i| (pieces[i].live_bytes, i));
+    let (unpinned, pinned): (Vec<usize>, Vec<usize>) =
+        cheapest.into_iter().partition(|&i| !pieces[i].pinned);
+    fold(
+        &mut victim,
+        &unpinned,
+        (kept + new_piece as usize).saturating_sub(max),
+    );
+    let kept = live.iter().filter(|&&i| !victim[i]).count();
+    let new_piece = adds_piece || victim.iter().any(|&v| v);
+    fold(
+        &mut victim,
+        &pinned,
+        (kept + new_piece as usize).saturating_sub(MAX_PIECES),
+    );
+    victim
+}
+
+/// Marks the first `excess` of `candidates` not yet victims as victims.
+fn fold(victim: &mut [bool], candidates: &[usize], mut excess: usize) {
+    for &i in candidates {
         if excess == 0 {
             break;
         }
@@ -48,7 +72,6 @@ pub(crate) fn pick_victims(
             excess -= 1;
         }
     }
-    victim
 }
 
 /// Which pieces (oldest first) a GC fold folds: those with replaced
@@ -109,6 +132,7 @@ mod tests {
             entries,
             live_bytes,
             garbage: Garbage::default(),
+            pinned: false,
         }
     }
 
@@ -126,6 +150,7 @@ mod tests {
                 live_tombstones: tombstones,
                 live_tombstone_bytes: tombstones * 10,
             },
+            pinned: false,
         }
     }
 

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use rayon::prelude::*;
 
 use super::jobs::{discard, Change};
+use super::push_down::{pinned, Pins};
 use super::Inner;
 use crate::error::Result;
 use crate::hash::partition_of;
@@ -101,6 +102,7 @@ impl Inner {
     pub(super) fn merge_tphs_into_level(
         &self,
         version: &Version,
+        pins: &Pins,
         inputs: &[Arc<Tph>],
         level: u32,
         targets: Range<u64>,
@@ -127,7 +129,7 @@ impl Inner {
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
             change.stats.input_bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
-            self.merge_into_level(version, level, newest_first(lists), change)?;
+            self.merge_into_level(version, pins, level, newest_first(lists), change)?;
         }
         for (t, &n) in inputs.iter().zip(&found) {
             if n != t.live_count() {
@@ -142,6 +144,7 @@ impl Inner {
     pub(super) fn merge_into_level(
         &self,
         version: &Version,
+        pins: &Pins,
         level: u32,
         delta: Vec<DeltaEntry>,
         change: &mut Change,
@@ -158,7 +161,8 @@ impl Inner {
             .collect::<Vec<_>>()
             .into_par_iter()
             .map(|((p, d), number)| {
-                let ctx = self.merge_context(level, p, bottom, number);
+                let mut ctx = self.merge_context(level, p, bottom, number);
+                ctx.pinned = pinned(pins, level, p);
                 Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
             })
             .collect();

@@ -29,8 +29,11 @@ pub(crate) enum Job {
     Flush(Vec<Arc<MemTable>>),
     /// Merge these level-0 TPHs into level 1.
     L0ToL1(Vec<u64>),
-    /// Move a TPH into its children.
-    PushDown(TphId),
+    /// Move a TPH, as it was when the job was picked, into its children.
+    PushDown(TphId, Arc<Tph>),
+    /// The end of a push-down that waited for a merge into its TPH (see
+    /// `db/push_down.rs`).
+    FinishPushDown(TphId),
     /// Fold the pieces of a TPH with the most garbage, as many as fit a
     /// job's input memory.
     Gc(TphId),
@@ -46,7 +49,7 @@ impl Job {
         match self {
             Job::Flush(_) => JobCause::Flush,
             Job::L0ToL1(_) => JobCause::L0Merge,
-            Job::PushDown(_) => JobCause::PushDown,
+            Job::PushDown(..) | Job::FinishPushDown(_) => JobCause::PushDown,
             Job::Gc(_) | Job::FoldAll(_) => JobCause::Gc,
         }
     }
@@ -57,11 +60,19 @@ impl Job {
         match self {
             Job::Flush(_) => Some(Work::Flush),
             Job::L0ToL1(heads) => Some(Work::L0ToL1(heads.clone())),
-            Job::PushDown(id) => Some(Work::PushDown(*id)),
+            Job::PushDown(id, _) | Job::FinishPushDown(id) => Some(Work::PushDown(*id)),
             Job::Gc(id) => Some(Work::Gc(*id)),
             Job::FoldAll(_) => None,
         }
     }
+}
+
+/// How [`Inner::execute`] left a job.
+pub(crate) enum Ran {
+    Applied,
+    /// A push-down waits for a merge into its TPH to end (see
+    /// `db/push_down.rs`).
+    Parked,
 }
 
 /// The first retry after a job ran out of space; each failure in a row
@@ -102,7 +113,7 @@ impl Change {
     }
 
     /// Every file of a TPH that leaves the version.
-    fn retire(&mut self, tph: &Tph) {
+    pub(super) fn retire(&mut self, tph: &Tph) {
         self.obsolete.extend(tph.files().cloned());
     }
 }
@@ -161,6 +172,10 @@ impl Inner {
     fn pick(&self, st: &mut State) -> Option<Job> {
         let shape = self.shape(st);
         let work = compaction::pick(&shape, st.imms.len(), &st.running, &self.policy)?;
+        let source = match work {
+            Work::PushDown(id) => Some(st.current().tph(id.level, id.partition)?.clone()),
+            _ => None,
+        };
         st.running.start(&work, &shape, &self.policy);
         Some(match work {
             Work::Flush => {
@@ -168,7 +183,11 @@ impl Inner {
                 Job::Flush(st.imms.iter().cloned().collect())
             }
             Work::L0ToL1(heads) => Job::L0ToL1(heads),
-            Work::PushDown(id) => Job::PushDown(id),
+            Work::PushDown(id) => {
+                let source = source?;
+                st.push_downs.start(id, &source);
+                Job::PushDown(id, source)
+            }
             Work::Gc(id) => Job::Gc(id),
         })
     }
@@ -199,9 +218,17 @@ impl Inner {
         }
     }
 
-    fn run_job(self: Arc<Self>, job: Job) {
+    pub(super) fn run_job(self: Arc<Self>, job: Job) {
         let start = Instant::now();
-        let result = self.execute(&job);
+        let result = self.execute(&job, false);
+        if let Ok(Ran::Parked) = result {
+            // Still running: it goes on as `Job::FinishPushDown`.
+            let micros = start.elapsed().as_micros() as u64;
+            self.stats
+                .compaction_micros
+                .fetch_add(micros, Ordering::Relaxed);
+            return;
+        }
         if let Job::Flush(mems) = &job {
             // Before the job counts as done, so that a wait for idle sees
             // the bound hold.
@@ -212,7 +239,7 @@ impl Inner {
             // Out of space: nothing was installed; retry once space may be back.
             Err(e) if e.is_no_space() => st.space.failed(e),
             Err(e) => self.poison(&mut st, e),
-            Ok(()) => st.space.succeeded(),
+            Ok(_) => st.space.succeeded(),
         }
         if matches!(job, Job::Flush(_)) {
             st.flushing_memtables = 0;
@@ -220,7 +247,11 @@ impl Inner {
         if let Some(work) = job.work() {
             let fanout = st.current().layout.fanout;
             st.running.finish(&work, fanout, &self.policy);
+            if let Work::PushDown(id) = work {
+                st.push_downs.finish(id);
+            }
         }
+        self.resume_push_downs(&mut st);
         let micros = start.elapsed().as_micros() as u64;
         match &job {
             Job::Flush(_) => self.stats.flush_micros.fetch_add(micros, Ordering::Relaxed),
@@ -292,9 +323,13 @@ impl Inner {
         }
     }
 
-    /// Does a job's work and applies its result.
-    pub(crate) fn execute(&self, job: &Job) -> Result<()> {
-        let version = self.state.lock().current().clone();
+    /// Does a job's work and applies its result; `alone` when no other
+    /// job runs (a manual compaction).
+    pub(crate) fn execute(&self, job: &Job, alone: bool) -> Result<Ran> {
+        let (version, pins) = {
+            let st = self.state.lock();
+            (st.current().clone(), st.push_downs.pins.clone())
+        };
         let mut change = Change::default();
         let mut flushed: &[Arc<MemTable>] = &[];
         match job {
@@ -302,7 +337,7 @@ impl Inner {
                 flushed = mems;
                 let delta = newest_first(mems.iter().rev().map(|m| memtable_delta(m)).collect());
                 if self.opts.one_level {
-                    self.merge_into_level(&version, 1, delta, &mut change)?;
+                    self.merge_into_level(&version, &pins, 1, delta, &mut change)?;
                 } else if !delta.is_empty() {
                     self.add_level0_tph(delta, &mut change)?;
                 }
@@ -315,24 +350,18 @@ impl Inner {
                     .cloned()
                     .collect();
                 let all = 0..version.partitions(1);
-                self.merge_tphs_into_level(&version, &inputs, 1, all, &mut change)?;
+                self.merge_tphs_into_level(&version, &pins, &inputs, 1, all, &mut change)?;
                 for t in &inputs {
                     change.edit.remove_l0.push(t.head_number());
                     change.retire(t);
                 }
             }
-            Job::PushDown(id) => {
-                let (level, p) = (id.level, id.partition);
-                let tph = version.tph(level, p).cloned().ok_or_else(|| {
-                    Error::Internal(format!("no TPH at level {level} partition {p}"))
-                })?;
-                let fanout = version.layout.fanout;
-                let children = p * fanout..(p + 1) * fanout;
-                let inputs = [tph];
-                self.merge_tphs_into_level(&version, &inputs, level + 1, children, &mut change)?;
-                change.edit.remove.push((level, p));
-                change.retire(&inputs[0]);
+            Job::PushDown(id, source) => {
+                if !self.push_down(&version, &pins, *id, source, alone, &mut change)? {
+                    return Ok(Ran::Parked);
+                }
             }
+            Job::FinishPushDown(id) => self.finish_push_down(*id, &mut change)?,
             Job::Gc(id) | Job::FoldAll(id) => {
                 let (level, p) = (id.level, id.partition);
                 if let Some(base) = version.tph(level, p) {
@@ -348,7 +377,8 @@ impl Inner {
             }
         }
         self.stats.record_job(job.cause(), &change.stats);
-        self.apply(change, flushed)
+        self.apply(change, flushed)?;
+        Ok(Ran::Applied)
     }
 
     /// Writes `delta` as the newest level-0 TPH.
@@ -406,6 +436,8 @@ impl Inner {
             new_number: number,
             // The other half of the job's share, in 8-byte hashes.
             index_batch_keys: (self.opts.job_memory_bytes() / 2 / 8).max(1) as usize,
+            pinned: &[],
+            carried_down: &[],
         }
     }
 
@@ -564,7 +596,8 @@ impl Inner {
         let result = (|| -> Result<()> {
             let v = self.state.lock().current().clone();
             if !v.l0.is_empty() {
-                self.execute(&Job::L0ToL1(v.l0.iter().map(|t| t.head_number()).collect()))?;
+                let heads = v.l0.iter().map(|t| t.head_number()).collect();
+                self.execute(&Job::L0ToL1(heads), true)?;
             }
             let partitions = |level: u32| -> Vec<u64> {
                 self.state.lock().current().levels[level as usize - 1]
@@ -575,14 +608,19 @@ impl Inner {
             let depth = self.state.lock().current().depth;
             for level in 1..depth {
                 for partition in partitions(level) {
-                    self.execute(&Job::PushDown(TphId { level, partition }))?;
+                    let source = self.state.lock().current().tph(level, partition).cloned();
+                    if let Some(source) = source {
+                        let id = TphId { level, partition };
+                        self.execute(&Job::PushDown(id, source), true)?;
+                    }
                 }
             }
             for partition in partitions(depth) {
-                self.execute(&Job::FoldAll(TphId {
+                let id = TphId {
                     level: depth,
                     partition,
-                }))?;
+                };
+                self.execute(&Job::FoldAll(id), true)?;
             }
             Ok(())
         })();

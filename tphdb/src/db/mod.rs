@@ -14,6 +14,7 @@ mod iter;
 mod jobs;
 pub(crate) mod open;
 mod options;
+mod push_down;
 mod read;
 mod repair;
 mod stats;
@@ -61,6 +62,8 @@ pub(crate) struct State {
     pub(crate) versions: Versions,
     /// What the running jobs own.
     pub(crate) running: crate::compaction::Running,
+    /// The pins and parked ends of running push-downs.
+    pub(crate) push_downs: push_down::PushDowns,
     /// The oldest frozen memtables a running flush writes out.
     pub(crate) flushing_memtables: usize,
     pub(crate) running_jobs: usize,

@@ -197,6 +197,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         imms,
         versions,
         running: Default::default(),
+        push_downs: Default::default(),
         flushing_memtables: 0,
         running_jobs: 0,
         manual: false,
@@ -571,7 +572,7 @@ fn remove_obsolete_files(
 fn retire_replayed_wals(inner: &Arc<Inner>) -> Result<()> {
     let recovered: Vec<Arc<MemTable>> = inner.state.lock().imms.iter().cloned().collect();
     if !recovered.is_empty() {
-        return inner.execute(&Job::Flush(recovered));
+        return inner.execute(&Job::Flush(recovered), true).map(drop);
     }
     let mut st = inner.state.lock();
     let edit = VersionEdit {

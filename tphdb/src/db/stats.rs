@@ -37,6 +37,8 @@ pub(crate) struct Stats {
     pub(crate) pieces_folded: AtomicU64,
     pub(crate) pieces_dropped: AtomicU64,
     pub(crate) tombstones_dropped: AtomicU64,
+    pub(crate) push_downs_overlapped: AtomicU64,
+    pub(crate) push_down_waits: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
     pub(crate) open_micros: AtomicU64,
     pub(crate) wal_replayed_batches: AtomicU64,
@@ -264,6 +266,12 @@ pub struct DBStats {
     pub pieces_dropped: u64,
     /// Tombstones removed at the bottom level.
     pub tombstones_dropped: u64,
+    /// Push-downs into which other jobs merged while they ran: their TPH
+    /// stayed with what was merged in (see `docs/design.md`, Levels).
+    pub push_downs_overlapped: u64,
+    /// Push-downs that, their children written, waited for a merge into
+    /// their TPH to end.
+    pub push_down_waits: u64,
     /// Time writers waited for flushes and compactions.
     pub stall_micros: u64,
     /// Time the last open took.
@@ -416,6 +424,8 @@ impl Inner {
             pieces_folded: s.pieces_folded.load(Relaxed),
             pieces_dropped: s.pieces_dropped.load(Relaxed),
             tombstones_dropped: s.tombstones_dropped.load(Relaxed),
+            push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
+            push_down_waits: s.push_down_waits.load(Relaxed),
             stall_micros: s.stall_micros.load(Relaxed),
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
@@ -552,6 +562,11 @@ impl DBStats {
             self.pieces_folded,
             self.pieces_dropped,
             self.tombstones_dropped
+        );
+        let _ = writeln!(
+            s,
+            "push-downs merged into meanwhile {}  waited for a merge {}",
+            self.push_downs_overlapped, self.push_down_waits
         );
         let _ = writeln!(
             s,

@@ -93,6 +93,13 @@ pub(crate) struct MergeContext<'a> {
     /// Key hashes the global index build holds at once (8 bytes each):
     /// past it the perfect hash is built in several passes over the keys.
     pub(crate) index_batch_keys: usize,
+    /// Base pieces a running push-down carries down: kept rather than
+    /// folded (see [`pick_victims`]).
+    pub(crate) pinned: &'a [u64],
+    /// Base pieces to drop whole with their entries: those a push-down
+    /// carried down, at its end. Only the newer pieces remain, so every
+    /// key they hold stays live in them.
+    pub(crate) carried_down: &'a [u64],
 }
 
 /// What a merge did, for statistics. The bytes of the piece it wrote are
@@ -177,16 +184,26 @@ pub(crate) fn merge(
     // Which base keys the delta replaces (MergeArray cases 2 and 3).
     let (superseded, live_counts) = supersede(base, &delta, &mut stats)?;
 
-    // Dead pieces go; victims are folded into the new piece.
-    let dead: Vec<bool> = live_counts.iter().map(|&l| l == 0).collect();
+    // Dead pieces go, and so do those carried down; victims are folded
+    // into the new piece.
+    let dead: Vec<bool> = base_pieces
+        .iter()
+        .zip(&live_counts)
+        .map(|(p, &l)| l == 0 || ctx.carried_down.contains(&p.number()))
+        .collect();
     let lives: Vec<PieceLife> = base_pieces
         .iter()
         .zip(&live_counts)
-        .map(|(p, &live)| PieceLife {
-            live,
-            entries: p.properties().entry_count,
-            live_bytes: p.properties().data_bytes_of(live),
-            garbage: piece_garbage(p.properties(), live),
+        .zip(&dead)
+        .map(|((p, &live), &dead)| {
+            let live = if dead { 0 } else { live };
+            PieceLife {
+                live,
+                entries: p.properties().entry_count,
+                live_bytes: p.properties().data_bytes_of(live),
+                garbage: piece_garbage(p.properties(), live),
+                pinned: ctx.pinned.contains(&p.number()),
+            }
         })
         .collect();
     let victim = match ctx.gc_input_bytes {
@@ -206,7 +223,7 @@ pub(crate) fn merge(
         Some(b) => carry_victims(b, &victim, &superseded, &mut stats)?,
         None => Vec::new(),
     };
-    stats.pieces_dropped = dead.iter().filter(|&&d| d).count() as u64;
+    stats.pieces_dropped = live_counts.iter().filter(|&&l| l == 0).count() as u64;
     let remaining: Vec<usize> = (0..base_pieces.len())
         .filter(|&i| !dead[i] && !victim[i])
         .collect();

@@ -31,6 +31,7 @@ pub(crate) use merge::{
 };
 
 use self::index::GlobalIndex;
+pub(crate) use self::meta::MAX_PIECES;
 use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenFiles, ReadMode};

@@ -25,6 +25,9 @@ struct Harness {
     bottom: bool,
     max_pieces: usize,
     push_past_bytes: Option<u64>,
+    /// Passed to merges as `MergeContext::pinned` and `carried_down`.
+    pinned: Vec<u64>,
+    carried_down: Vec<u64>,
     options: PieceOptions,
     reads: PieceReads,
 }
@@ -43,6 +46,8 @@ impl Harness {
             bottom,
             max_pieces,
             push_past_bytes: None,
+            pinned: Vec::new(),
+            carried_down: Vec::new(),
             options: PieceOptions {
                 page_size: 256,
                 // Small segments, built a few at a time (index_batch_keys):
@@ -87,6 +92,8 @@ impl Harness {
             gc_input_bytes: None,
             new_number: self.next_number,
             index_batch_keys: 128,
+            pinned: &self.pinned,
+            carried_down: &self.carried_down,
         };
         self.next_number += 1;
         let outcome = merge(&ctx, self.tph.as_deref(), delta).unwrap();
@@ -113,6 +120,8 @@ impl Harness {
                     Some(_) => self.max_pieces * 4,
                     None => self.max_pieces,
                 };
+                // Pinned pieces stay past max_pieces.
+                let limit = limit.max(self.pinned.len() + 1);
                 assert!(tph.piece_count() <= limit);
                 self.tph = Some(Arc::from(tph));
                 stats
@@ -458,4 +467,59 @@ fn a_damaged_head_fails_to_open() {
     }
     assert!(failures > 0);
     h.mem.write_file(&path, good);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Merges go on into a TPH while a push-down carries its pieces down:
+    /// they fold none of them, and a pinned piece leaves only once every
+    /// entry of it is replaced. At the push-down's end the carried pieces
+    /// leave whole, and what stays is exactly what was merged in meanwhile.
+    #[test]
+    fn a_push_down_leaves_what_was_merged_in_while_it_ran(
+        before in ops_strategy(),
+        during in ops_strategy(),
+        max_pieces in prop_oneof![Just(1usize), Just(2), Just(4)],
+    ) {
+        let mut h = Harness::new(false, max_pieces);
+        for b in &before {
+            h.merge(b);
+        }
+        let source = h.tph.clone();
+        h.pinned = source.as_ref().map_or(Vec::new(), |t| t.piece_numbers());
+        let mut newer = Model::new();
+        for b in &during {
+            h.merge(b);
+            newer.extend(b.iter().map(|(k, v)| (k.clone(), v.clone())));
+            h.check();
+            let (Some(source), Some(now)) = (&source, &h.tph) else {
+                continue;
+            };
+            let kept = now.piece_numbers();
+            for p in source.pieces.iter().filter(|p| !kept.contains(&p.number())) {
+                for e in p.iter() {
+                    let e = e.unwrap();
+                    let newest = now
+                        .get_counted(&e.key, key_hash(&e.key), &mut Default::default())
+                        .unwrap()
+                        .unwrap();
+                    prop_assert!(newest.seq > e.seq, "piece {} was folded", p.number());
+                }
+            }
+        }
+        h.carried_down = std::mem::take(&mut h.pinned);
+        h.pinned = h.tph.as_ref().map_or(Vec::new(), |t| t.piece_numbers());
+        h.model = newer;
+        h.merge(&Model::new());
+        h.check();
+        if let Some(t) = &h.tph {
+            prop_assert_eq!(t.verify(1).unwrap().0, h.model.len() as u64);
+            for n in &h.carried_down {
+                prop_assert!(!t.piece_numbers().contains(n));
+            }
+        }
+        drop(source);
+        h.check_files();
+    }
 }
