@@ -122,6 +122,11 @@ impl Running {
         }
     }
 
+    /// Push-downs out of levels below level 1 that run.
+    fn deep_pushes(&self) -> usize {
+        self.pushing.iter().filter(|t| t.level > 1).count()
+    }
+
     /// Whether a job may merge into TPH `id`.
     fn may_merge_into(&self, id: TphId) -> bool {
         let level1_held = id.level == 1 && self.all_of_level1;
@@ -174,7 +179,8 @@ pub(crate) fn pick(
     // turn, also while another holds level 1: otherwise the threads could
     // hand level 1 to each other until every due TPH had gone down.
     let level1_pushes = !l0_waiting || level1_turn;
-    let push = most_urgent_push_down(shape, running, policy, level1_pushes);
+    let upper_due = frozen_memtables > 0 || l0_waiting || level1_due_in(shape, running, policy);
+    let push = most_urgent_push_down(shape, running, policy, level1_pushes, upper_due);
     if l0_waiting && !running.level1_busy() {
         return match push {
             Some(id) if id.level == 1 => Some(Work::PushDown(id)),
@@ -204,7 +210,7 @@ fn pick_one_level(
 ) -> Option<Work> {
     let flush_due = !running.flush && frozen_memtables > 0;
     let level1_turn = !flush_due || running.level1_pushes_since_merge < turns;
-    let push = most_urgent_push_down(shape, running, policy, level1_turn);
+    let push = most_urgent_push_down(shape, running, policy, level1_turn, true);
     let level1_push = matches!(push, Some(id) if id.level == 1);
     if flush_due && !running.level1_busy() && !level1_push {
         return Some(Work::Flush);
@@ -270,16 +276,32 @@ fn collect_garbage(shape: &Shape, running: &Running, policy: &Policy) -> Option<
 
 /// The TPH above the bottom furthest past its push-down threshold that no
 /// job owns, with none of its children owned either; level 1's only if
-/// `level1`.
+/// `level1`; and while `upper_due` (a flush, level 0 or a level-1
+/// push-down waits), one below level 1 only while fewer than
+/// `background_threads - 1` (at least one) of those run.
+///
+/// When the bottom deepens, every TPH of the old bottom comes due at once
+/// (they grow together), and being further past their thresholds than
+/// level 1's, their push-downs took both threads for half a minute of a
+/// 32M-key fill: level 0's compactions and level 1's push-downs waited, and
+/// writes were paced to a tenth of their rate and then stopped (51 of 504
+/// seconds below 0.3 of the median). A thread left for the levels writes
+/// flow through keeps them moving while the old bottom goes down; with
+/// nothing due there, every thread may push the old bottom (bounding
+/// those push-downs always left half the machine idle once writes
+/// stopped: a settle of 645 s after that fill instead of 247 s).
 fn most_urgent_push_down(
     shape: &Shape,
     running: &Running,
     policy: &Policy,
     level1: bool,
+    upper_due: bool,
 ) -> Option<TphId> {
+    let deep =
+        !upper_due || running.deep_pushes() < policy.background_threads.saturating_sub(1).max(1);
     let mut best: Option<(f64, TphId)> = None;
     for level in 1..shape.depth {
-        if level == 1 && (running.all_of_level1 || !level1) {
+        if (level == 1 && (running.all_of_level1 || !level1)) || (level > 1 && !deep) {
             continue;
         }
         for (&partition, tph) in &shape.levels[level as usize - 1] {
@@ -295,6 +317,19 @@ fn most_urgent_push_down(
         }
     }
     best.map(|(_, id)| id)
+}
+
+/// Whether a level-1 TPH not being pushed is past its push-down threshold.
+fn level1_due_in(shape: &Shape, running: &Running, policy: &Policy) -> bool {
+    shape.depth >= 2
+        && shape.levels[0].iter().any(|(&p, t)| {
+            let id = TphId {
+                level: 1,
+                partition: p,
+            };
+            t.live_data_bytes > push_down_threshold(policy.tph_target_bytes, shape.fanout, p)
+                && !running.pushing.contains(&id)
+        })
 }
 
 /// Level-1 TPHs past their push-down threshold, while a level below takes

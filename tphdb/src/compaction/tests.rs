@@ -399,6 +399,59 @@ fn tombstones_go_down_early_to_meet_what_they_delete() {
 }
 
 #[test]
+fn push_downs_below_level1_leave_a_thread_to_the_levels_above() {
+    let p = policy();
+    // Depth 3: the old bottom (level 2) all due, far past its thresholds,
+    // and one level-1 TPH just past its own.
+    let mut s = shape(0, &[(0, 110)]);
+    s.depth = 3;
+    s.levels[1] = (0..4).map(|i| (i, tph(10 + i, 300))).collect();
+    s.levels.push(BTreeMap::new());
+    let at = |level, partition| TphId { level, partition };
+    let mut running = Running::default();
+    let first = pick(&s, 0, &running, &p).unwrap();
+    assert!(matches!(first, Work::PushDown(id) if id.level == 2));
+    running.start(&first, &s, &p);
+    // The other thread goes to level 1, not to a second level-2 TPH...
+    let second = pick(&s, 0, &running, &p);
+    assert_eq!(second, Some(Work::PushDown(at(1, 0))));
+    running.start(second.as_ref().unwrap(), &s, &p);
+    // With nothing due above level 2 (a flush, level 0, level 1), a second
+    // thread may push level 2 too...
+    assert!(matches!(
+        pick(&s, 0, &running, &p),
+        Some(Work::PushDown(id)) if id.level == 2
+    ));
+    // ...but not while a memtable waits.
+    assert_eq!(pick(&s, 1, &running, &p), Some(Work::Flush));
+    let mut flushing = running.clone();
+    flushing.start(&Work::Flush, &s, &p);
+    assert_eq!(pick(&s, 1, &flushing, &p), None);
+    // The other thread goes to level 0, once it must go first.
+    running.finish(second.as_ref().unwrap(), 2, &p);
+    let mut with_l0 = s.clone();
+    with_l0.l0 = shape(8, &[]).l0;
+    assert!(matches!(
+        pick(&with_l0, 0, &running, &p),
+        Some(Work::L0ToL1(_))
+    ));
+    // With three threads, two may go below level 1.
+    let three = Policy {
+        background_threads: 3,
+        ..p
+    };
+    assert!(matches!(
+        pick(&s, 0, &running, &three),
+        Some(Work::PushDown(id)) if id.level == 2
+    ));
+    running.finish(&first, 2, &p);
+    assert!(matches!(
+        pick(&s, 0, &running, &p),
+        Some(Work::PushDown(id)) if id.level == 2
+    ));
+}
+
+#[test]
 fn the_bottom_deepens_once_its_tphs_average_past_the_target_or_one_level_has_one_due() {
     let p = policy();
     // Depth 2 over fanout 2: 4 bottom partitions of target 100, so
