@@ -10,7 +10,7 @@
 //! shows as no prefix matching), and that prefix must reach the last write
 //! the thread logged as acknowledged. A SIGKILL keeps what the process had
 //! handed to the OS, so every acknowledged write counts, synced or not;
-//! losing unsynced writes to a power cut is what `tests/crash.rs` checks
+//! losing unsynced writes to a power cut is what `tphdb/tests/crash/` checks
 //! with the fault-injecting file system.
 
 use std::collections::BTreeMap;

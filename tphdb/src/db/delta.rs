@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use rayon::prelude::*;
 
-use super::jobs::{discard, Change};
+use super::install::{discard, Change};
 use super::push_down::{pinned, Pins};
 use super::Inner;
 use crate::error::Result;

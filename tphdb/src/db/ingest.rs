@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rayon::slice::ParallelSliceMut;
 
-use super::jobs::Change;
+use super::install::Change;
 use super::stats::JobCause;
 use super::{Inner, DB};
 use crate::error::{Error, Result};

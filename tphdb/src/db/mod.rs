@@ -10,6 +10,7 @@
 mod checkpoint;
 mod delta;
 mod ingest;
+mod install;
 mod iter;
 mod jobs;
 pub(crate) mod open;
@@ -17,6 +18,7 @@ mod options;
 mod push_down;
 mod read;
 mod repair;
+pub(crate) mod replay;
 mod stats;
 mod write;
 mod write_delay;

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::jobs::{discard, Change};
+use super::install::{discard, Change};
 use super::Inner;
 use crate::compaction::TphId;
 use crate::error::{Error, Result};

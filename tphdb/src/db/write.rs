@@ -109,7 +109,7 @@ impl WalWriter {
 
 /// Writes and syncs the first record of a WAL: an empty batch at the last
 /// sequence number logged before it, so that replay can tell an earlier
-/// WAL a crash cut short (see `open::replay_wal`). Synced, so that a crash
+/// WAL a crash cut short (see `replay::replay_wal`). Synced, so that a crash
 /// cannot take it while keeping later WALs: it is what tells replay where
 /// this WAL began even when a crash cut every earlier one.
 fn write_header(log: &mut LogWriter, last_logged_seq: u64) -> Result<()> {

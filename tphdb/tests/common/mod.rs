@@ -13,3 +13,12 @@ pub fn small() -> Options {
         ..Options::default()
     }
 }
+
+/// An iterator's entries as owned pairs; any error fails the test.
+#[allow(dead_code)] // not every test binary iterates
+pub fn collect(
+    it: impl Iterator<Item = tphdb::Result<(bytes::Bytes, bytes::Bytes)>>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    it.map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect()
+}

@@ -1,5 +1,10 @@
 //! Reading a piece file.
 
+mod iter;
+mod key_hashes;
+
+pub use iter::PieceIter;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,20 +15,13 @@ use super::block_index::BlockIndex;
 use super::cache::BlockCache;
 use super::entry::Entry;
 use super::format::{decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES};
-use super::sorted::{SortedCursor, SortedIndex};
+use super::sorted::SortedIndex;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, RandomAccessFile, ReadMode};
 use crate::hash::{key_hash, KEY_HASH_SEED};
 use crate::phf::Phf;
 use crate::util::checksum_matches;
-use crate::util::codec::{u64_at, Decoder};
-
-/// Slot-order iteration reads this many bytes of blocks per call.
-const SCAN_READ_BYTES: usize = 1 << 20;
-
-/// [`PieceReader::for_each_key_hash`] reads the key hashes this many bytes
-/// at a time (a multiple of the 16 bytes of a pair).
-const HASH_CHUNK_BYTES: u64 = 1 << 20;
+use crate::util::codec::Decoder;
 
 /// An open piece file.
 ///
@@ -333,88 +331,6 @@ impl PieceReader {
         read_section(self.file.as_ref(), &self.sections, id).map_err(|e| e.at(&self.name))
     }
 
-    /// The 64-bit key hash of every entry, ascending; what a TPH's global
-    /// index can be rebuilt from without reading keys or values.
-    pub fn key_hashes(&self) -> Result<Vec<u64>> {
-        Ok(self.key_hash_section()?.iter().map(|(h, _)| h).collect())
-    }
-
-    /// The verified key-hash section: `(key_hash, key_hash2)` of every entry,
-    /// ascending.
-    pub(crate) fn key_hash_section(&self) -> Result<HashSection> {
-        let b = self.section(SectionId::Hashes)?;
-        let s = HashSection(b);
-        let n = s.len();
-        let sorted = (1..n).all(|i| s.get(i - 1) <= s.get(i));
-        if s.0.len() as u64 != self.props.entry_count * 16 || !sorted {
-            return Err(Error::corruption(
-                "key hashes",
-                format!("{} ascending hash pairs", self.props.entry_count),
-                format!("{} bytes, sorted: {sorted}", s.0.len()),
-            )
-            .at(&self.name));
-        }
-        Ok(s)
-    }
-
-    /// Calls `f` with `(key_hash, key_hash2)` of every entry, ascending,
-    /// reading the key-hash section in chunks of [`HASH_CHUNK_BYTES`]: the
-    /// memory it takes does not grow with the piece. Order and count are
-    /// checked as it goes, the section's checksum at the end: on an error
-    /// `f` may have seen entries of a damaged section, and the caller must
-    /// discard what it made of them.
-    pub(crate) fn for_each_key_hash(&self, f: impl FnMut(u64, u64)) -> Result<()> {
-        let result = self.for_each_key_hash_chunked(f);
-        // The chunks were let go of as they were read, but the kernel maps
-        // the pages around each one read too.
-        self.release_mapped_pages();
-        result
-    }
-
-    fn for_each_key_hash_chunked(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
-        let section = self
-            .sections
-            .iter()
-            .find(|s| s.id == SectionId::Hashes as u32)
-            .expect("decode_directory checked that every required section exists");
-        let bad = |what: String| {
-            Error::corruption(
-                "key hashes",
-                format!("{} ascending hash pairs", self.props.entry_count),
-                what,
-            )
-            .at(&self.name)
-        };
-        if section.len != self.props.entry_count * 16 {
-            return Err(bad(format!("{} bytes", section.len)));
-        }
-        let (mut crc, mut at, mut prev) = (0u32, 0u64, (0u64, 0u64));
-        while at < section.len {
-            let n = (section.len - at).min(HASH_CHUNK_BYTES) as usize;
-            let chunk = self.read_range(section.offset + at, n)?;
-            crc = crc32c::crc32c_append(crc, &chunk);
-            for i in 0..n / 16 {
-                let pair = (u64_at(&chunk, 2 * i), u64_at(&chunk, 2 * i + 1));
-                if pair < prev {
-                    return Err(bad(format!("{pair:?} after {prev:?}")));
-                }
-                prev = pair;
-                f(pair.0, pair.1);
-            }
-            self.file.done_with(section.offset + at, n);
-            at += n as u64;
-        }
-        if !checksum_matches(section.crc, crc) {
-            return Err(Error::corruption(
-                "key hashes section checksum",
-                format!("{:#010x}", section.crc),
-                format!("{crc:#010x}"),
-            )
-            .at(&self.name));
-        }
-        Ok(())
-    }
-
     /// Lets go of the file's pages this process has mapped (see
     /// [`read_section`]); what was read stays valid.
     pub(crate) fn release_mapped_pages(&self) {
@@ -471,24 +387,6 @@ impl PieceReader {
         }
         Ok(index)
     }
-
-    /// Every entry, in slot (storage) order, reading blocks sequentially in
-    /// large batches.
-    pub fn iter(&self) -> PieceIter<'_> {
-        PieceIter {
-            reader: self,
-            next_block: 0,
-            pending: Vec::new(),
-            block: None,
-            slot: 0,
-            window: None,
-        }
-    }
-
-    /// A cursor over the entries in key order (bytewise), with seeks.
-    pub fn sorted_cursor(&self) -> Result<SortedCursor<&PieceReader>> {
-        SortedCursor::new(self)
-    }
 }
 
 /// Reads done by lookups, for statistics.
@@ -496,43 +394,6 @@ impl PieceReader {
 pub(crate) struct ReadCount {
     pub(crate) reads: u64,
     pub(crate) bytes: u64,
-}
-
-/// `(key_hash, key_hash2)` of every entry of a piece, ascending.
-#[derive(Clone, Debug)]
-pub(crate) struct HashSection(Bytes);
-
-impl HashSection {
-    pub(crate) fn len(&self) -> usize {
-        self.0.len() / 16
-    }
-
-    pub(crate) fn get(&self, i: usize) -> (u64, u64) {
-        (u64_at(&self.0, 2 * i), u64_at(&self.0, 2 * i + 1))
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        (0..self.len()).map(|i| self.get(i))
-    }
-
-    /// Whether some entry has exactly these two hashes.
-    pub(crate) fn contains(&self, h: u64, h2: u64) -> bool {
-        let i = self.lower_bound((h, h2));
-        i < self.len() && self.get(i) == (h, h2)
-    }
-
-    fn lower_bound(&self, x: (u64, u64)) -> usize {
-        let (mut lo, mut hi) = (0, self.len());
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.get(mid) < x {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    }
 }
 
 /// A section, verified, copied out of the file: a section read through a
@@ -588,123 +449,4 @@ fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>>
         ));
     }
     Ok(v)
-}
-
-/// Iterator over a piece's entries in slot order; see [`PieceReader::iter`].
-pub struct PieceIter<'a> {
-    reader: &'a PieceReader,
-    next_block: u64,
-    /// Read but not yet decoded blocks, front first.
-    pending: Vec<(u64, Bytes)>,
-    block: Option<Block>,
-    slot: usize,
-    /// The file range last read, let go of when the next is read: a scan
-    /// reads each block once.
-    window: Option<(u64, usize)>,
-}
-
-impl Drop for PieceIter<'_> {
-    fn drop(&mut self) {
-        // Each window was let go of as the next was read; this also drops
-        // the pages the kernel mapped around them.
-        self.reader.release_mapped_pages();
-    }
-}
-
-impl PieceIter<'_> {
-    fn fill(&mut self) -> Result<()> {
-        let r = self.reader;
-        let count = r.props.block_count;
-        let first = self.next_block;
-        if let Some((start, len)) = self.window.take() {
-            r.file.done_with(start, len);
-        }
-        let mut last = first + 1;
-        while last < count && r.blocks.range(first, last + 1).1 <= SCAN_READ_BYTES {
-            last += 1;
-        }
-        let (start, len) = r.blocks.range(first, last);
-        let bytes = r.file.read_at(start, len).map_err(|e| e.at(&r.name))?;
-        self.window = Some((start, len));
-        for b in (first..last).rev() {
-            let (off, len) = r.blocks.block(b);
-            let at = (off - start) as usize;
-            self.pending.push((b, bytes.slice(at..at + len)));
-        }
-        self.next_block = last;
-        Ok(())
-    }
-}
-
-impl Iterator for PieceIter<'_> {
-    type Item = Result<Entry>;
-
-    fn next(&mut self) -> Option<Result<Entry>> {
-        loop {
-            if let Some(block) = &self.block {
-                while self.slot < block.slot_count() {
-                    let i = self.slot;
-                    self.slot += 1;
-                    match block.entry(i) {
-                        Ok(Some(e)) => return Some(Ok(e)),
-                        Ok(None) => {}
-                        Err(e) => {
-                            self.block = None;
-                            self.next_block = self.reader.props.block_count;
-                            return Some(Err(e.at(&self.reader.name)));
-                        }
-                    }
-                }
-            }
-            if self.pending.is_empty() {
-                if self.next_block >= self.reader.props.block_count {
-                    return None;
-                }
-                if let Err(e) = self.fill() {
-                    self.next_block = self.reader.props.block_count;
-                    return Some(Err(e));
-                }
-            }
-            let (b, bytes) = self.pending.pop().expect("filled above");
-            match self.reader.decode_block(b, bytes) {
-                Ok(block) => {
-                    self.block = Some(block);
-                    self.slot = 0;
-                }
-                Err(e) => {
-                    self.pending.clear();
-                    self.next_block = self.reader.props.block_count;
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fs::{mapped_resident_bytes, PosixFs, ReadMode};
-    use crate::piece::{write_piece, EntryRef, PieceOptions};
-
-    #[test]
-    fn reading_every_key_hash_leaves_no_mapped_page_resident() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hashes.ph");
-        let keys: Vec<Vec<u8>> = (0..100_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
-        let entries: Vec<EntryRef<'_>> = keys
-            .iter()
-            .map(|k| EntryRef {
-                key: k,
-                value: Some(b"value"),
-                seq: 1,
-            })
-            .collect();
-        write_piece(&PosixFs, &path, &entries, &PieceOptions::default()).unwrap();
-        let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
-        let mut n = 0;
-        r.for_each_key_hash(|_, _| n += 1).unwrap();
-        assert_eq!(n, keys.len());
-        assert_eq!(mapped_resident_bytes(&path), 0);
-    }
 }

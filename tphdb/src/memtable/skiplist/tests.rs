@@ -1,0 +1,228 @@
+use super::*;
+use crate::memtable::arena::BLOCK_BYTES;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn collect(list: &SkipList) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    let mut e = list.first();
+    while let Some(x) = e {
+        out.push((x.key().to_vec(), x.seq(), x.value().map(<[u8]>::to_vec)));
+        e = x.next();
+    }
+    out
+}
+
+#[test]
+fn orders_by_key_then_newest_first() {
+    let list = SkipList::new();
+    assert!(list.first().is_none() && list.last().is_none());
+    list.insert(b"b", 1, Some(b"b1"));
+    list.insert(b"a", 2, None);
+    list.insert(b"b", 3, Some(b""));
+    list.insert(b"", 4, Some(b"empty key"));
+    assert_eq!(
+        collect(&list),
+        vec![
+            (b"".to_vec(), 4, Some(b"empty key".to_vec())),
+            (b"a".to_vec(), 2, None),
+            (b"b".to_vec(), 3, Some(vec![])),
+            (b"b".to_vec(), 1, Some(b"b1".to_vec())),
+        ]
+    );
+    assert_eq!(list.seek(b"b", 2).map(|e| e.seq()), Some(1));
+    assert_eq!(list.seek(b"b", 9).map(|e| e.seq()), Some(3));
+    assert!(list.seek(b"b", 0).is_none());
+    assert_eq!(list.seek_after(b"a").map(|e| e.key()), Some(&b"b"[..]));
+    assert!(list.seek_after(b"b").is_none());
+    assert_eq!(list.last_below(b"b").map(|e| e.key()), Some(&b"a"[..]));
+    assert!(list.last_below(b"").is_none());
+    assert_eq!(list.last().map(|e| e.seq()), Some(1));
+    assert_eq!(list.len(), 4);
+}
+
+#[test]
+fn matches_a_sorted_model_and_charges_what_it_allocates() {
+    let list = SkipList::new();
+    let mut model = BTreeMap::new();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut user = 0;
+    let n = if cfg!(miri) { 400 } else { 20_000 };
+    for seq in 1..n {
+        let key = rng.u32(..5000).to_be_bytes().to_vec();
+        // Now and then a value big enough for a block of its own.
+        let value_len = if rng.u32(..500) == 0 {
+            300_000
+        } else {
+            rng.usize(..200)
+        };
+        let value = (rng.u32(..10) != 0).then(|| vec![seq as u8; value_len]);
+        user += key.len() + value.as_ref().map_or(0, Vec::len);
+        list.insert(&key, seq, value.as_deref());
+        model.insert((key, std::cmp::Reverse(seq)), value);
+    }
+    let want: Vec<_> = model.into_iter().map(|((k, s), v)| (k, s.0, v)).collect();
+    assert_eq!(collect(&list), want);
+    // Every entry costs its bytes plus at most 24 + links + padding, and
+    // the block tails left behind are small.
+    let overhead = list.memory_bytes() - user;
+    assert!(overhead < want.len() * 48, "{overhead} bytes over {user}");
+    assert!(overhead > want.len() * 24, "{overhead} bytes over {user}");
+}
+
+#[test]
+fn a_frozen_list_shares_keys_and_values_that_outlive_it() {
+    let list = SkipList::new();
+    let big = vec![9u8; BLOCK_BYTES / 2];
+    list.insert(b"k1", 1, Some(b"v1"));
+    list.insert(b"k2", 2, Some(&big));
+    list.insert(b"k3", 3, None);
+    list.insert(b"k4", 4, Some(b""));
+    let arena = list.freeze();
+    let mut shared = Vec::new();
+    let mut e = list.first();
+    while let Some(x) = e {
+        shared.push((arena.share(x.key()), x.value().map(|v| arena.share(v))));
+        e = x.next();
+    }
+    let inserted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        list.insert(b"k5", 5, None);
+    }));
+    assert!(inserted.is_err(), "a frozen list takes no insert");
+    drop(arena);
+    drop(list);
+    let want: Vec<(&[u8], Option<&[u8]>)> = vec![
+        (b"k1", Some(b"v1")),
+        (b"k2", Some(&big)),
+        (b"k3", None),
+        (b"k4", Some(b"")),
+    ];
+    let got: Vec<(&[u8], Option<&[u8]>)> =
+        shared.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+    assert_eq!(got, want);
+}
+
+/// Whether the page at `addr` is mapped from a file, by
+/// `/proc/self/maps` (an inode other than 0).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn file_backed(addr: usize) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (lo, hi) = f[0].split_once('-').unwrap();
+        let lo = usize::from_str_radix(lo, 16).unwrap();
+        let hi = usize::from_str_radix(hi, 16).unwrap();
+        (lo..hi).contains(&addr) && f[4] != "0"
+    })
+}
+
+#[test]
+#[cfg(all(target_os = "linux", not(miri)))]
+fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
+    const N: u64 = 40_000;
+    let list = Arc::new(SkipList::new());
+    let big = vec![7u8; BLOCK_BYTES / 2 + 3];
+    for i in 0..N {
+        let key = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 24).to_be_bytes();
+        list.insert(&key, i + 1, Some(&key));
+    }
+    list.insert(b"big", N + 1, Some(&big));
+    let arena = list.freeze();
+    let shared_big = arena.share(list.seek(b"big", u64::MAX).unwrap().value().unwrap());
+    let want = collect(&list);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (list, stop) = (list.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut passes = 0;
+                while !stop.load(Relaxed) || passes == 0 {
+                    let mut e = list.first();
+                    let mut n = 0;
+                    while let Some(x) = e {
+                        if x.key() != b"big" {
+                            assert_eq!(x.value(), Some(x.key()));
+                        }
+                        n += 1;
+                        e = x.next();
+                    }
+                    assert_eq!(n, N + 1);
+                    passes += 1;
+                }
+            })
+        })
+        .collect();
+    let file = tempfile::tempfile().unwrap();
+    assert!(!file_backed(list.head.addr()));
+    let moved = list.spill(&file).unwrap();
+    assert!(moved as usize >= list.memory_bytes() / 2, "{moved}");
+    assert!(list.is_spilled());
+    assert!(
+        file_backed(list.head.addr()),
+        "the head's block maps the file"
+    );
+    assert!(
+        file_backed(shared_big.as_ptr().addr()),
+        "so does a big value's own block"
+    );
+    assert_eq!(
+        list.spill(&file).unwrap(),
+        0,
+        "a second spill moves nothing"
+    );
+    stop.store(true, Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    drop(file);
+    assert_eq!(collect(&list), want);
+    drop(arena);
+    drop(list);
+    assert_eq!(
+        &shared_big[..],
+        &big[..],
+        "a shared value outlives the list"
+    );
+}
+
+#[test]
+fn readers_see_a_consistent_list_while_a_writer_inserts() {
+    const N: u64 = if cfg!(miri) { 300 } else { 50_000 };
+    let list = Arc::new(SkipList::new());
+    let writer = {
+        let list = list.clone();
+        std::thread::spawn(move || {
+            for i in 0..N {
+                let key = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40).to_be_bytes();
+                list.insert(&key, i + 1, Some(&key));
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let list = list.clone();
+            std::thread::spawn(move || {
+                while list.len() < N as usize {
+                    let mut prev: Option<(Vec<u8>, u64)> = None;
+                    let mut e = list.first();
+                    while let Some(x) = e {
+                        assert_eq!(x.value(), Some(x.key()));
+                        if let Some((k, s)) = &prev {
+                            assert!(
+                                (&k[..], std::cmp::Reverse(*s))
+                                    < (x.key(), std::cmp::Reverse(x.seq()))
+                            );
+                        }
+                        prev = Some((x.key().to_vec(), x.seq()));
+                        e = x.next();
+                    }
+                }
+            })
+        })
+        .collect();
+    writer.join().unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(collect(&list).len(), N as usize);
+}

@@ -1,0 +1,163 @@
+//! A piece's key-hash section: what a TPH's global index is built from,
+//! read without the keys and values.
+
+use bytes::Bytes;
+
+use super::PieceReader;
+use crate::error::{Error, Result};
+use crate::piece::format::SectionId;
+use crate::util::checksum_matches;
+use crate::util::codec::u64_at;
+
+/// [`PieceReader::for_each_key_hash`] reads the key hashes this many bytes
+/// at a time (a multiple of the 16 bytes of a pair).
+const HASH_CHUNK_BYTES: u64 = 1 << 20;
+
+impl PieceReader {
+    /// The 64-bit key hash of every entry, ascending; what a TPH's global
+    /// index can be rebuilt from without reading keys or values.
+    pub fn key_hashes(&self) -> Result<Vec<u64>> {
+        Ok(self.key_hash_section()?.iter().map(|(h, _)| h).collect())
+    }
+
+    /// The verified key-hash section: `(key_hash, key_hash2)` of every entry,
+    /// ascending.
+    pub(crate) fn key_hash_section(&self) -> Result<HashSection> {
+        let b = self.section(SectionId::Hashes)?;
+        let s = HashSection(b);
+        let n = s.len();
+        let sorted = (1..n).all(|i| s.get(i - 1) <= s.get(i));
+        if s.0.len() as u64 != self.props.entry_count * 16 || !sorted {
+            return Err(Error::corruption(
+                "key hashes",
+                format!("{} ascending hash pairs", self.props.entry_count),
+                format!("{} bytes, sorted: {sorted}", s.0.len()),
+            )
+            .at(&self.name));
+        }
+        Ok(s)
+    }
+
+    /// Calls `f` with `(key_hash, key_hash2)` of every entry, ascending,
+    /// reading the key-hash section in chunks of [`HASH_CHUNK_BYTES`]: the
+    /// memory it takes does not grow with the piece. Order and count are
+    /// checked as it goes, the section's checksum at the end: on an error
+    /// `f` may have seen entries of a damaged section, and the caller must
+    /// discard what it made of them.
+    pub(crate) fn for_each_key_hash(&self, f: impl FnMut(u64, u64)) -> Result<()> {
+        let result = self.for_each_key_hash_chunked(f);
+        // The chunks were let go of as they were read, but the kernel maps
+        // the pages around each one read too.
+        self.release_mapped_pages();
+        result
+    }
+
+    fn for_each_key_hash_chunked(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
+        let section = self
+            .sections
+            .iter()
+            .find(|s| s.id == SectionId::Hashes as u32)
+            .expect("decode_directory checked that every required section exists");
+        let bad = |what: String| {
+            Error::corruption(
+                "key hashes",
+                format!("{} ascending hash pairs", self.props.entry_count),
+                what,
+            )
+            .at(&self.name)
+        };
+        if section.len != self.props.entry_count * 16 {
+            return Err(bad(format!("{} bytes", section.len)));
+        }
+        let (mut crc, mut at, mut prev) = (0u32, 0u64, (0u64, 0u64));
+        while at < section.len {
+            let n = (section.len - at).min(HASH_CHUNK_BYTES) as usize;
+            let chunk = self.read_range(section.offset + at, n)?;
+            crc = crc32c::crc32c_append(crc, &chunk);
+            for i in 0..n / 16 {
+                let pair = (u64_at(&chunk, 2 * i), u64_at(&chunk, 2 * i + 1));
+                if pair < prev {
+                    return Err(bad(format!("{pair:?} after {prev:?}")));
+                }
+                prev = pair;
+                f(pair.0, pair.1);
+            }
+            self.file.done_with(section.offset + at, n);
+            at += n as u64;
+        }
+        if !checksum_matches(section.crc, crc) {
+            return Err(Error::corruption(
+                "key hashes section checksum",
+                format!("{:#010x}", section.crc),
+                format!("{crc:#010x}"),
+            )
+            .at(&self.name));
+        }
+        Ok(())
+    }
+}
+
+/// `(key_hash, key_hash2)` of every entry of a piece, ascending.
+#[derive(Clone, Debug)]
+pub(crate) struct HashSection(Bytes);
+
+impl HashSection {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len() / 16
+    }
+
+    pub(crate) fn get(&self, i: usize) -> (u64, u64) {
+        (u64_at(&self.0, 2 * i), u64_at(&self.0, 2 * i + 1))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Whether some entry has exactly these two hashes.
+    pub(crate) fn contains(&self, h: u64, h2: u64) -> bool {
+        let i = self.lower_bound((h, h2));
+        i < self.len() && self.get(i) == (h, h2)
+    }
+
+    fn lower_bound(&self, x: (u64, u64)) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.get(mid) < x {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::{mapped_resident_bytes, PosixFs, ReadMode};
+    use crate::piece::{write_piece, EntryRef, PieceOptions};
+
+    #[test]
+    fn reading_every_key_hash_leaves_no_mapped_page_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hashes.ph");
+        let keys: Vec<Vec<u8>> = (0..100_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let entries: Vec<EntryRef<'_>> = keys
+            .iter()
+            .map(|k| EntryRef {
+                key: k,
+                value: Some(b"value"),
+                seq: 1,
+            })
+            .collect();
+        write_piece(&PosixFs, &path, &entries, &PieceOptions::default()).unwrap();
+        let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
+        let mut n = 0;
+        r.for_each_key_hash(|_, _| n += 1).unwrap();
+        assert_eq!(n, keys.len());
+        assert_eq!(mapped_resident_bytes(&path), 0);
+    }
+}
