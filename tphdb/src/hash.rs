@@ -1,6 +1,8 @@
 //! Key hashes. Every key is hashed once, with xxh3, to the 64-bit value the
 //! perfect hashes, signatures and hash ranges are computed from.
 
+use std::ops::{Range, RangeInclusive};
+
 use crate::util::reduce::mix64;
 
 /// Seed of the key hash. Part of the on-disk format: changing it makes
@@ -47,6 +49,17 @@ pub(crate) fn partition_of(h: u64, partitions: u64) -> u64 {
     (search_key(h) as u64 * partitions) >> 32
 }
 
+/// The key hashes of partitions `parts` of a level of `partitions`: one
+/// interval, as [`partition_of`] is monotone in the hash.
+pub(crate) fn hashes_of_partitions(parts: Range<u64>, partitions: u64) -> RangeInclusive<u64> {
+    debug_assert!(parts.start < parts.end && parts.end <= partitions);
+    // The first hash of partition p: the least search key s with
+    // s * partitions >= p << 32.
+    let first = |p: u64| ((u128::from(p) << 32).div_ceil(u128::from(partitions))) << 32;
+    let end = first(parts.end) - 1;
+    first(parts.start) as u64..=end as u64
+}
+
 /// Unit tests force 64-bit hash collisions by keeping only a few bits of
 /// the key hash, per thread (set it on rayon's workers too).
 #[cfg(test)]
@@ -66,6 +79,33 @@ pub(crate) mod test_support {
             64 => h,
             // Keep the top bits: they choose segments and hash ranges.
             bits => h & !(u64::MAX >> bits),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hashes_of_partitions_are_exactly_theirs() {
+        for partitions in [1u64, 2, 3, 7, 8, 64, 100, 512, 4096, 1 << 20] {
+            for parts in [
+                0..1,
+                0..partitions,
+                partitions - 1..partitions,
+                partitions / 3..partitions / 2 + 1,
+            ] {
+                let r = hashes_of_partitions(parts.clone(), partitions);
+                assert_eq!(partition_of(*r.start(), partitions), parts.start);
+                assert_eq!(partition_of(*r.end(), partitions), parts.end - 1);
+                if *r.start() > 0 {
+                    assert_eq!(partition_of(r.start() - 1, partitions), parts.start - 1);
+                }
+                if *r.end() < u64::MAX {
+                    assert_eq!(partition_of(r.end() + 1, partitions), parts.end);
+                }
+            }
         }
     }
 }

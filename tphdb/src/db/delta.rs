@@ -14,7 +14,7 @@ use super::install::{discard, Change};
 use super::push_down::{pinned, Pins};
 use super::Inner;
 use crate::error::Result;
-use crate::hash::partition_of;
+use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::MemTable;
 use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph, MERGE_BYTES_PER_ENTRY};
 use crate::version::Version;
@@ -96,9 +96,9 @@ impl Inner {
     /// `level` in `targets`. At most a job's share of
     /// `compaction_memory_bytes` of input is held at once: past that, the
     /// targets are merged in several passes over ranges of partitions, each
-    /// reading the inputs again and keeping only the entries that fall in
-    /// its range (an entry outside `targets` is never kept, and the count
-    /// check reports it).
+    /// reading only the blocks of the inputs that hold entries in its range
+    /// (an entry outside `targets` is never kept, and the count check
+    /// reports it).
     pub(super) fn merge_tphs_into_level(
         &self,
         version: &Version,
@@ -117,18 +117,19 @@ impl Inner {
         for pass in 0..passes {
             let lo = targets.start + width * pass / passes;
             let hi = targets.start + width * (pass + 1) / passes;
-            let keep = |h: u64| (lo..hi).contains(&partition_of(h, partitions));
+            let hashes = hashes_of_partitions(lo..hi, partitions);
+            // One pass takes every live entry of the inputs.
+            let whole = passes == 1;
             let lists = inputs
                 .iter()
                 .zip(&mut found)
                 .map(|(t, n)| {
-                    let l = t.live_entries_where(keep)?;
+                    let l = t.live_entries_in(hashes.clone(), whole, &mut change.stats)?;
                     *n += l.len() as u64;
                     Ok(l)
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
-            change.stats.input_bytes_read += inputs.iter().map(|t| t.file_bytes()).sum::<u64>();
             self.merge_into_level(version, pins, level, newest_first(lists), change)?;
         }
         for (t, &n) in inputs.iter().zip(&found) {

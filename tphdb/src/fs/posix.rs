@@ -251,9 +251,42 @@ struct MmapFile {
     bytes: Bytes,
 }
 
+impl MmapFile {
+    /// Starts reading `[offset, offset + len)` into the page cache, in
+    /// large requests, without waiting. The mapping is advised random (a
+    /// get touches one block), so touching a range the cache does not hold
+    /// read it a 4 KiB page fault at a time: compactions scanning pieces of
+    /// a database larger than the page cache read at about 37 MB/s in
+    /// 9,500 requests a second, and the settle after a 16M-key overwrite
+    /// took 383 s.
+    fn read_ahead(&self, offset: usize, len: usize) {
+        let page = page_size();
+        let start = offset / page * page;
+        let end = (offset + len).min(self.bytes.len());
+        // SAFETY: `[start, end)` lies within this file's mapping (`start` is
+        // rounded down to a page boundary, which the mapping starts on).
+        // WILLNEED only schedules reads of the file's pages; it changes no
+        // memory this process can see.
+        unsafe {
+            libc::madvise(
+                self.bytes.as_ptr().add(start) as *mut libc::c_void,
+                end - start,
+                libc::MADV_WILLNEED,
+            );
+        }
+    }
+}
+
+/// Reads through a mapping at least this long ask the kernel to read their
+/// pages ahead.
+const READ_AHEAD_BYTES: usize = 64 << 10;
+
 impl RandomAccessFile for MmapFile {
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
         check_range(offset, len, self.bytes.len() as u64).map_err(|e| e.at(self.path.display()))?;
+        if len >= READ_AHEAD_BYTES {
+            self.read_ahead(offset as usize, len);
+        }
         Ok(self.bytes.slice(offset as usize..offset as usize + len))
     }
 
@@ -541,5 +574,59 @@ mod tests {
         // What was returned, and later reads, still see the file.
         assert!(all[..] == data[..]);
         assert!(file.read_at(12345, 100).unwrap()[..] == data[12345..12445]);
+    }
+
+    /// Pages of `path` in the page cache, in its first `len` bytes.
+    fn cached_pages(path: &Path, len: usize) -> usize {
+        let file = File::open(path).unwrap();
+        // SAFETY: a read-only mapping of a file nothing modifies.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let mut resident = vec![0u8; len.div_ceil(page_size())];
+        // SAFETY: the mapping spans at least `len` bytes; `resident` has a
+        // byte per page of them.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                len,
+                resident.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0);
+        resident.iter().filter(|&&r| r & 1 == 1).count()
+    }
+
+    /// Regression: a large read through a mapping (a compaction scanning a
+    /// piece) read the pages it touched one 4 KiB fault at a time, the
+    /// mapping being advised random: 37 MB/s once a database outgrew the
+    /// page cache. Its pages are now read ahead as soon as it is asked for.
+    #[test]
+    fn a_large_mapped_read_reads_its_pages_ahead() {
+        use std::os::unix::io::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let len = 4 << 20;
+        fs::write(&path, vec![7u8; 2 * len]).unwrap();
+        let f = File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: plain system call on an open descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if cached_pages(&path, len) > len / page_size() / 4 {
+            eprintln!("skipped: this file system keeps the file in memory");
+            return;
+        }
+        let file = PosixFs.open_read(&path, ReadMode::Mmap).unwrap();
+        let _range = file.read_at(0, len).unwrap();
+        // Nothing touched the range: only read-ahead brings it in.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut cached = cached_pages(&path, len);
+        while cached < len / page_size() * 9 / 10 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            cached = cached_pages(&path, len);
+        }
+        assert!(
+            cached >= len / page_size() * 9 / 10,
+            "{cached} of {} pages read",
+            len / page_size()
+        );
     }
 }

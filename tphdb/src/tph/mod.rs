@@ -18,7 +18,7 @@ mod merge;
 mod meta;
 
 use std::collections::HashMap;
-use std::ops::Deref;
+use std::ops::{Deref, RangeInclusive};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -478,24 +478,34 @@ impl Tph {
     /// below.
     #[cfg(test)]
     pub(crate) fn live_entries(&self) -> Result<Vec<DeltaEntry>> {
-        let out = self.live_entries_where(|_| true)?;
+        let out = self.live_entries_in(0..=u64::MAX, true, &mut MergeStats::default())?;
         if out.len() as u64 != self.live_count() {
             return Err(self.live_count_mismatch(out.len() as u64));
         }
         Ok(out)
     }
 
-    /// The live entries whose key hash passes `keep`, sorted by key. Reads
-    /// the whole TPH; only what passes is held in memory: keys and values
-    /// are copied out of the read buffers, which would otherwise stay alive
-    /// for as long as one entry of theirs does.
-    pub(crate) fn live_entries_where(&self, keep: impl Fn(u64) -> bool) -> Result<Vec<DeltaEntry>> {
+    /// The live entries whose key hash lies in `hashes`, sorted by key; the
+    /// bytes read for them are added to `stats`. `whole` reads every piece whole, in large
+    /// sequential reads, for when most of it is wanted; otherwise only the
+    /// blocks holding an entry in the range are read (see
+    /// [`PieceReader::for_each_entry_in_hash_range`]). A merge too large for
+    /// memory takes a few partitions per pass, and passes that each read
+    /// every input whole read eight times the input at the default fanout.
+    /// Only what is kept is held in memory: keys and values are copied out
+    /// of the read buffers, which would otherwise stay alive for as long as
+    /// one entry of theirs does.
+    pub(crate) fn live_entries_in(
+        &self,
+        hashes: RangeInclusive<u64>,
+        whole: bool,
+        stats: &mut MergeStats,
+    ) -> Result<Vec<DeltaEntry>> {
         let mut out = Vec::new();
         for (i, p) in self.pieces.iter().enumerate() {
-            for e in p.iter() {
-                let e = e?;
+            let mut keep = |e: Entry| {
                 let h = key_hash(&e.key);
-                if keep(h) && self.index.route(&e.key, h) == Some(i) {
+                if hashes.contains(&h) && self.index.route(&e.key, h) == Some(i) {
                     out.push(DeltaEntry {
                         key: Bytes::copy_from_slice(&e.key),
                         value: e.value.as_deref().map(Bytes::copy_from_slice),
@@ -504,6 +514,16 @@ impl Tph {
                         h2: key_hash2(&e.key),
                     });
                 }
+            };
+            if whole {
+                for e in p.iter() {
+                    keep(e?);
+                }
+                stats.input_bytes_read += p.file_bytes();
+            } else {
+                stats.input_bytes_read +=
+                    p.for_each_entry_in_hash_range(hashes.clone(), &mut keep)?;
+                stats.hash_bytes_read += p.properties().entry_count * 16;
             }
         }
         out.sort_unstable_by(|a, b| a.key.cmp(&b.key));

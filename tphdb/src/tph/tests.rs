@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::cursor::Cursor;
 use crate::fs::{FileSystem, MemFs, ReadMode};
+use crate::hash::partition_of;
 use crate::hash::test_support::set_hash_bits;
 use crate::piece::PieceOptions;
 
@@ -151,6 +152,7 @@ impl Harness {
         );
         assert_eq!(again.piece_numbers(), tph.piece_numbers());
         self.check_tph(&again);
+        check_hash_ranges(tph);
     }
 
     fn check_tph(&self, tph: &Arc<Tph>) {
@@ -224,6 +226,32 @@ impl Harness {
         };
         want.sort();
         assert_eq!(on_disk, want);
+    }
+}
+
+/// The live entries of the partitions of a level, read one partition at a
+/// time from the blocks that hold them, are those a whole read gives, each
+/// once (what a merge too large for memory does, a pass per range).
+fn check_hash_ranges(tph: &Tph) {
+    let owned = |l: Vec<DeltaEntry>| -> Vec<_> {
+        l.into_iter()
+            .map(|e| (e.key, e.value, e.seq, e.h, e.h2))
+            .collect()
+    };
+    let mut stats = MergeStats::default();
+    let all = tph.live_entries_in(0..=u64::MAX, true, &mut stats).unwrap();
+    let all = owned(all);
+    assert_eq!(all.len() as u64, tph.live_count());
+    for partitions in [1, 3, 8] {
+        let mut got = Vec::new();
+        for p in 0..partitions {
+            let hashes = crate::hash::hashes_of_partitions(p..p + 1, partitions);
+            let l = tph.live_entries_in(hashes, false, &mut stats).unwrap();
+            assert!(l.iter().all(|e| partition_of(e.h, partitions) == p));
+            got.extend(owned(l));
+        }
+        got.sort();
+        assert_eq!(got, all, "{partitions} partitions");
     }
 }
 
@@ -522,4 +550,25 @@ proptest! {
         drop(source);
         h.check_files();
     }
+}
+
+/// A merge pass over one partition of eight reads the blocks holding its
+/// entries, not the whole TPH: with an entry per block, about an eighth.
+/// (Each pass read every input whole before: eight times per merge.)
+#[test]
+fn a_pass_over_a_few_partitions_reads_only_their_blocks() {
+    let mut h = Harness::new(true, 16);
+    let ops = (0..2000).map(|i| (key(i), Some(vec![7u8; 300]))).collect();
+    h.merge(&ops);
+    let tph = h.tph.as_ref().unwrap();
+    let mut whole = MergeStats::default();
+    tph.live_entries_in(0..=u64::MAX, true, &mut whole).unwrap();
+    let hashes = crate::hash::hashes_of_partitions(2..3, 8);
+    let mut pass = MergeStats::default();
+    let part = tph.live_entries_in(hashes, false, &mut pass).unwrap();
+    assert!((150..350).contains(&part.len()), "{} entries", part.len());
+    let (read, of) = (pass.input_bytes_read, whole.input_bytes_read);
+    assert!(read * 5 < of, "{read} bytes read of {of}");
+    // Finding them took the key hashes, 16 bytes an entry.
+    assert_eq!(pass.hash_bytes_read, 2000 * 16);
 }

@@ -1,10 +1,12 @@
 //! Reading a piece's entries whole: in slot (storage) order with large
 //! sequential reads, or in key order through its sorted index.
 
+use std::ops::RangeInclusive;
+
 use bytes::Bytes;
 
 use super::PieceReader;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::piece::block::Block;
 use crate::piece::entry::Entry;
 use crate::piece::sorted::SortedCursor;
@@ -120,5 +122,103 @@ impl Iterator for PieceIter<'_> {
                 }
             }
         }
+    }
+}
+
+impl PieceReader {
+    /// Calls `f` with every entry whose key hash lies in `hashes`, in slot
+    /// order, reading only the blocks that hold one (runs of them at most
+    /// [`SCAN_READ_BYTES`] at a time). The slots come from the key-hash
+    /// section, through the perfect hash and the overflow list: a compaction
+    /// pass over a few of a level's partitions reads the rest of the piece
+    /// not at all when a block holds a few large entries, and decodes none of
+    /// it in any case. Returns the bytes of blocks read.
+    ///
+    /// An entry whose hash the section lists but whose slot holds another
+    /// key (damage the checksums missed) is passed on as it is: callers
+    /// check the hashes of what they get, and count it.
+    pub(crate) fn for_each_entry_in_hash_range(
+        &self,
+        hashes: RangeInclusive<u64>,
+        mut f: impl FnMut(Entry),
+    ) -> Result<u64> {
+        if self.phf.is_empty() {
+            return Ok(0);
+        }
+        let mut slots: Vec<u64> = Vec::new();
+        let mut last = None;
+        self.for_each_key_hash(|h, _| {
+            // Entries sharing a hash share its table slot; the others are
+            // in overflow slots, added below.
+            if hashes.contains(&h) && last != Some(h) {
+                slots.push(self.phf.slot(h) as u64);
+                last = Some(h);
+            }
+        })?;
+        let from = self.overflow.partition_point(|&(h, _)| h < *hashes.start());
+        slots.extend(
+            self.overflow[from..]
+                .iter()
+                .take_while(|&&(h, _)| h <= *hashes.end())
+                .map(|&(_, s)| s as u64),
+        );
+        slots.sort_unstable();
+        slots.dedup();
+        let result = self.read_slots(&slots, &mut f);
+        self.release_mapped_pages();
+        result
+    }
+
+    /// Reads the entries in `slots` (ascending, distinct), a run of
+    /// consecutive blocks per read.
+    fn read_slots(&self, slots: &[u64], f: &mut impl FnMut(Entry)) -> Result<u64> {
+        let block_count = self.props.block_count;
+        let mut read = 0;
+        let mut i = 0;
+        while i < slots.len() {
+            let first = self.block_of(slots[i]).0;
+            // The run: consecutive blocks that each hold a wanted slot.
+            let mut end = i;
+            let mut last = first;
+            while end < slots.len() {
+                let b = self.block_of(slots[end]).0;
+                if b > last + 1 || (b > last && self.blocks.range(first, b + 1).1 > SCAN_READ_BYTES)
+                {
+                    break;
+                }
+                last = b;
+                end += 1;
+            }
+            if last >= block_count {
+                return Err(Error::corruption(
+                    "slot",
+                    format!("below {}", self.props.total_slots()),
+                    slots[end - 1],
+                )
+                .at(&self.name));
+            }
+            let (start, len) = self.blocks.range(first, last + 1);
+            let bytes = self.read_range(start, len)?;
+            read += len as u64;
+            let mut decoded: Option<(u64, Block)> = None;
+            for &slot in &slots[i..end] {
+                let (b, at) = self.block_of(slot);
+                if decoded.as_ref().is_none_or(|(d, _)| *d != b) {
+                    let (off, blen) = self.blocks.block(b);
+                    let from = (off - start) as usize;
+                    decoded = Some((b, self.decode_block(b, bytes.slice(from..from + blen))?));
+                }
+                let (_, block) = decoded.as_ref().expect("decoded above");
+                let entry = block
+                    .entry(at)
+                    .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))?;
+                if let Some(e) = entry {
+                    f(e);
+                }
+            }
+            self.file.done_with(start, len);
+            i = end;
+        }
+        Ok(read)
     }
 }
