@@ -14,6 +14,10 @@ use crate::piece::sorted::SortedCursor;
 /// Slot-order iteration reads this many bytes of blocks per call.
 const SCAN_READ_BYTES: usize = 1 << 20;
 
+/// A read of a hash range lets go of the pages it mapped this many bytes
+/// of the file at a time.
+const RELEASE_BYTES: u64 = 8 << 20;
+
 impl PieceReader {
     /// Every entry, in slot (storage) order, reading blocks sequentially in
     /// large batches.
@@ -127,8 +131,8 @@ impl Iterator for PieceIter<'_> {
 
 impl PieceReader {
     /// Calls `f` with every entry whose key hash lies in `hashes`, in slot
-    /// order, reading only the blocks that hold one (runs of them at most
-    /// [`SCAN_READ_BYTES`] at a time). The slots come from the key-hash
+    /// order, reading only the blocks that hold one (see
+    /// [`PieceReader::read_slots`]). The slots come from the key-hash
     /// section, through the perfect hash and the overflow list: a compaction
     /// pass over a few of a level's partitions reads the rest of the piece
     /// not at all when a block holds a few large entries, and decodes none of
@@ -169,44 +173,55 @@ impl PieceReader {
         result
     }
 
-    /// Reads the entries in `slots` (ascending, distinct), a run of
-    /// consecutive blocks per read.
+    /// Reads the entries in `slots` (ascending, distinct) a window of at
+    /// most [`SCAN_READ_BYTES`] at a time: the window in one read when its
+    /// wanted blocks make up a quarter of it or more (a large read, which
+    /// the file reads ahead), else each wanted block on its own.
     fn read_slots(&self, slots: &[u64], f: &mut impl FnMut(Entry)) -> Result<u64> {
-        let block_count = self.props.block_count;
         let mut read = 0;
+        // Pages of the file up to here have been let go of.
+        let mut released = 0;
         let mut i = 0;
         while i < slots.len() {
             let first = self.block_of(slots[i]).0;
-            // The run: consecutive blocks that each hold a wanted slot.
-            let mut end = i;
-            let mut last = first;
+            let (mut end, mut last, mut wanted) = (i, first, 0);
             while end < slots.len() {
                 let b = self.block_of(slots[end]).0;
-                if b > last + 1 || (b > last && self.blocks.range(first, b + 1).1 > SCAN_READ_BYTES)
-                {
+                if b >= self.props.block_count {
+                    return Err(Error::corruption(
+                        "slot",
+                        format!("below {}", self.props.total_slots()),
+                        slots[end],
+                    )
+                    .at(&self.name));
+                }
+                if b > last && self.blocks.range(first, b + 1).1 > SCAN_READ_BYTES {
                     break;
+                }
+                if b > last || end == i {
+                    wanted += self.blocks.block(b).1;
                 }
                 last = b;
                 end += 1;
             }
-            if last >= block_count {
-                return Err(Error::corruption(
-                    "slot",
-                    format!("below {}", self.props.total_slots()),
-                    slots[end - 1],
-                )
-                .at(&self.name));
-            }
             let (start, len) = self.blocks.range(first, last + 1);
-            let bytes = self.read_range(start, len)?;
-            read += len as u64;
+            let window = (wanted * 4 >= len)
+                .then(|| self.read_range(start, len))
+                .transpose()?;
+            read += if window.is_some() { len } else { wanted } as u64;
             let mut decoded: Option<(u64, Block)> = None;
             for &slot in &slots[i..end] {
                 let (b, at) = self.block_of(slot);
                 if decoded.as_ref().is_none_or(|(d, _)| *d != b) {
                     let (off, blen) = self.blocks.block(b);
-                    let from = (off - start) as usize;
-                    decoded = Some((b, self.decode_block(b, bytes.slice(from..from + blen))?));
+                    let bytes = match &window {
+                        Some(w) => {
+                            let from = (off - start) as usize;
+                            w.slice(from..from + blen)
+                        }
+                        None => self.read_range(off, blen)?,
+                    };
+                    decoded = Some((b, self.decode_block(b, bytes)?));
                 }
                 let (_, block) = decoded.as_ref().expect("decoded above");
                 let entry = block
@@ -216,7 +231,15 @@ impl PieceReader {
                     f(e);
                 }
             }
-            self.file.done_with(start, len);
+            // Letting go of pages costs every core a TLB flush: a call per
+            // window of a block or two took a sixth of the CPU of a
+            // 16M-key overwrite.
+            let window_end = start + len as u64;
+            if window_end - released >= RELEASE_BYTES {
+                self.file
+                    .done_with(released, (window_end - released) as usize);
+                released = window_end;
+            }
             i = end;
         }
         Ok(read)
