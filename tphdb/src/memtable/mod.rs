@@ -12,7 +12,7 @@ use crate::cursor::{Cursor, ValueRef};
 use crate::error::Result;
 use crate::hash::key_hash;
 pub(crate) use arena::FrozenArena;
-use skiplist::{Entry, Position, SkipList};
+use skiplist::{Entry, NewEntry, Position, SkipList};
 
 /// A version found in a memtable: `value` is `None` for a delete.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,15 +95,31 @@ impl MemTable {
     /// Inserts every operation of `batch`, the first with sequence number
     /// `seq`; returns the user bytes (keys and values) it holds.
     pub(crate) fn insert_batch(&self, seq: u64, batch: &crate::batch::WriteBatch) -> u64 {
-        let mut user_bytes = 0u64;
-        for (i, op) in batch.ops().enumerate() {
-            let (key, value) = match op {
-                crate::batch::BatchOp::Put(k, v) => (k, Some(v)),
-                crate::batch::BatchOp::Delete(k) => (k, None),
-            };
-            user_bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
-            self.insert(key, seq + i as u64, value);
+        let entries: Vec<NewEntry<'_>> = batch
+            .ops()
+            .enumerate()
+            .map(|(i, op)| match op {
+                crate::batch::BatchOp::Put(k, v) => (k, seq + i as u64, Some(v)),
+                crate::batch::BatchOp::Delete(k) => (k, seq + i as u64, None),
+            })
+            .collect();
+        let user_bytes = entries
+            .iter()
+            .map(|(k, _, v)| (k.len() + v.map_or(0, <[u8]>::len)) as u64)
+            .sum();
+        if let [(key, seq, value)] = entries[..] {
+            self.insert(key, seq, value);
+            return user_bytes;
         }
+        if let Some(f) = &self.filter {
+            for (key, _, _) in &entries {
+                f.insert_hash(key_hash(key));
+            }
+        }
+        // Every entry has a sequence number of its own, so the order in
+        // which they are linked changes nothing a reader can see, and none
+        // is visible before the whole batch is in.
+        self.list.insert_all(&entries);
         user_bytes
     }
 

@@ -27,6 +27,14 @@ use super::arena::{Arena, FrozenArena, ALIGN};
 
 /// Tallest node. With a branching factor of 4, twelve levels keep searches
 /// logarithmic up to 4^12 = 16M entries, far more than a memtable holds.
+/// How many searches of a batch run side by side: enough to keep the
+/// core's outstanding cache misses busy, and a bound on the memory they
+/// take (a node per level each).
+const SEARCHES_AT_ONCE: usize = 32;
+
+/// An entry to insert: key, sequence number and value (`None`: a delete).
+pub(crate) type NewEntry<'a> = (&'a [u8], u64, Option<&'a [u8]>);
+
 pub(crate) const MAX_HEIGHT: usize = 12;
 const BRANCHING: u32 = 4;
 
@@ -229,6 +237,81 @@ impl SkipList {
         self.len.fetch_add(1, Release);
     }
 
+    /// Adds a batch of entries under one turn of the writer lock. Their
+    /// searches run side by side, a step of each in turn, with the node each
+    /// steps to next prefetched first, so that their cache misses overlap;
+    /// then each is linked in, walking right from where its search ended
+    /// past entries of the batch linked before it.
+    ///
+    /// # Panics
+    /// If the list is frozen.
+    pub(crate) fn insert_all(&self, entries: &[NewEntry<'_>]) {
+        let mut w = self.writer.lock();
+        assert!(!w.frozen, "insert into a frozen memtable");
+        for chunk in entries.chunks(SEARCHES_AT_ONCE) {
+            self.insert_chunk(&mut w, chunk);
+        }
+    }
+
+    /// [`SkipList::insert_all`] for at most [`SEARCHES_AT_ONCE`] entries.
+    fn insert_chunk(&self, w: &mut Writer, entries: &[NewEntry<'_>]) {
+        let top = self.height.load(Relaxed);
+        // found[i * MAX_HEIGHT + level]: the last node before entry i at
+        // `level`, in the list as it was.
+        let mut found = vec![self.head; entries.len() * MAX_HEIGHT];
+        let mut at = vec![self.head; entries.len()];
+        let mut searching: Vec<usize> = Vec::with_capacity(entries.len());
+        for level in (0..top).rev() {
+            searching.clear();
+            searching.extend(0..entries.len());
+            while !searching.is_empty() {
+                for &i in &searching {
+                    // SAFETY: `at[i]` is the head or a node reached at `level`.
+                    prefetch(unsafe { link(at[i], level) }.load(Acquire));
+                }
+                searching.retain(|&i| {
+                    let (key, seq, _) = entries[i];
+                    // SAFETY: as above.
+                    let next = unsafe { link(at[i], level) }.load(Acquire);
+                    match Entry::new(next) {
+                        Some(e) if e.cmp_to(key, seq) == Ordering::Less => {
+                            at[i] = next;
+                            true
+                        }
+                        _ => {
+                            found[i * MAX_HEIGHT + level] = at[i];
+                            false
+                        }
+                    }
+                });
+            }
+        }
+        let mut cost_sum = 0;
+        for (i, &(key, seq, value)) in entries.iter().enumerate() {
+            let height = random_height(&mut w.rng);
+            let (node, cost) = new_node(&mut w.arena, height, key, seq, value);
+            if height > self.height.load(Relaxed) {
+                self.height.store(height, Relaxed);
+            }
+            for level in 0..height {
+                // Nodes linked since the search (this batch's) may lie
+                // between where it ended and the entry; above the old
+                // height the search never ran, and starts at the head.
+                let p = self.last_before(found[i * MAX_HEIGHT + level], level, key, seq);
+                // SAFETY: as in `insert`: `p` is the head or a linked node
+                // taller than `level`; `node` has `height` levels.
+                unsafe {
+                    let next = link(p, level).load(Relaxed);
+                    link(node, level).store(next, Relaxed);
+                    link(p, level).store(node, Release);
+                }
+            }
+            cost_sum += cost;
+            self.len.fetch_add(1, Release);
+        }
+        self.memory.fetch_add(cost_sum, Relaxed);
+    }
+
     /// From `x` (ordered before (key, seq)), the last node at `level`
     /// ordered before (key, seq).
     fn last_before(&self, mut x: *mut u8, level: usize, key: &[u8], seq: u64) -> *mut u8 {
@@ -353,6 +436,20 @@ impl SkipList {
             _list: std::marker::PhantomData,
         }
     }
+}
+
+/// Asks for the cache line of `node`'s header (where a search reads its
+/// link and key) without waiting for it.
+#[inline]
+fn prefetch(node: *mut u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and faults on no
+    // address, null included.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(node as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = node;
 }
 
 /// A height with P(h) = (1/4)^(h-1) * 3/4, capped at [`MAX_HEIGHT`].

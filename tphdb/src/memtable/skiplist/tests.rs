@@ -226,3 +226,68 @@ fn readers_see_a_consistent_list_while_a_writer_inserts() {
     }
     assert_eq!(collect(&list).len(), N as usize);
 }
+
+/// Every level of `list`, walked from the head, is in the list's order,
+/// and each level holds the nodes of the one above it.
+fn check_levels(list: &SkipList) {
+    let mut above: Option<Vec<*mut u8>> = None;
+    for level in (0..MAX_HEIGHT).rev() {
+        let mut nodes = Vec::new();
+        // SAFETY: the head has every level.
+        let mut x = unsafe { link(list.head, level) }.load(Acquire);
+        while let Some(e) = Entry::new(x) {
+            if let Some(&p) = nodes.last() {
+                let prev = Entry::new(p).unwrap();
+                assert_eq!(
+                    prev.cmp_to(e.key(), e.seq()),
+                    Ordering::Less,
+                    "level {level}"
+                );
+            }
+            nodes.push(x);
+            // SAFETY: `x` was reached at `level`.
+            x = unsafe { link(x, level) }.load(Acquire);
+        }
+        if let Some(above) = &above {
+            assert!(above.iter().all(|n| nodes.contains(n)), "level {level}");
+        }
+        above = Some(nodes);
+    }
+}
+
+/// Batches whose searches run side by side make the list that inserting
+/// their entries one by one makes: several versions of a key within a
+/// batch, empty values and deletes included.
+#[test]
+fn batches_searched_side_by_side_make_the_list_single_inserts_make() {
+    let (single, batched) = (SkipList::new(), SkipList::new());
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut seq = 0;
+    let rounds = if cfg!(miri) { 10 } else { 1000 };
+    for _ in 0..rounds {
+        let batch: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = (0..rng.usize(1..80))
+            .map(|_| {
+                seq += 1;
+                let value = (rng.u8(..8) != 0).then(|| vec![seq as u8; rng.usize(..20)]);
+                (rng.u32(..3000).to_be_bytes().to_vec(), seq, value)
+            })
+            .collect();
+        for (k, s, v) in &batch {
+            single.insert(k, *s, v.as_deref());
+        }
+        let entries: Vec<NewEntry<'_>> = batch
+            .iter()
+            .map(|(k, s, v)| (&k[..], *s, v.as_deref()))
+            .collect();
+        batched.insert_all(&entries);
+    }
+    assert_eq!(collect(&batched), collect(&single));
+    assert_eq!(batched.len(), single.len());
+    check_levels(&batched);
+    for _ in 0..2000 {
+        let key = rng.u32(..3100).to_be_bytes();
+        let at = rng.u64(..seq + 2);
+        let found = |l: &SkipList| l.seek(&key, at).map(|e| (e.key().to_vec(), e.seq()));
+        assert_eq!(found(&batched), found(&single));
+    }
+}
