@@ -12,6 +12,7 @@ mod counting;
 mod fault;
 mod lock;
 mod mem;
+mod mmap;
 mod open_files;
 mod posix;
 
@@ -29,8 +30,9 @@ pub use fault::{FaultFs, OpKind};
 #[doc(hidden)]
 pub use lock::LockTable;
 pub use mem::MemFs;
+pub use mmap::mapped_resident_bytes;
 pub(crate) use open_files::OpenFiles;
-pub use posix::{mapped_resident_bytes, PosixFs};
+pub use posix::PosixFs;
 
 /// How an immutable file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -187,6 +189,15 @@ pub(crate) fn out_of_bounds(offset: u64, len: usize, file_len: u64) -> crate::Er
         format!("a range within the file's {file_len} bytes"),
         "a range past the end",
     )
+}
+
+/// Checks that a read of `len` bytes at `offset` fits in a file of
+/// `file_len` bytes.
+pub(crate) fn check_range(offset: u64, len: usize, file_len: u64) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= file_len => Ok(()),
+        _ => Err(out_of_bounds(offset, len, file_len)),
+    }
 }
 
 /// Reads the whole file at `path`.
