@@ -95,41 +95,45 @@ impl MemTable {
     /// Inserts every operation of `batch`, the first with sequence number
     /// `seq`; returns the user bytes (keys and values) it holds.
     pub(crate) fn insert_batch(&self, seq: u64, batch: &crate::batch::WriteBatch) -> u64 {
-        let entries: Vec<NewEntry<'_>> = batch
-            .ops()
-            .enumerate()
-            .map(|(i, op)| match op {
-                crate::batch::BatchOp::Put(k, v) => (k, seq + i as u64, Some(v)),
-                crate::batch::BatchOp::Delete(k) => (k, seq + i as u64, None),
-            })
-            .collect();
-        let user_bytes = entries
-            .iter()
-            .map(|(k, _, v)| (k.len() + v.map_or(0, <[u8]>::len)) as u64)
-            .sum();
-        if let [(key, seq, value)] = entries[..] {
+        let mut entries = batch.ops().enumerate().map(|(i, op)| match op {
+            crate::batch::BatchOp::Put(k, v) => (k, seq + i as u64, Some(v)),
+            crate::batch::BatchOp::Delete(k) => (k, seq + i as u64, None),
+        });
+        let user_bytes = |entries: &[NewEntry<'_>]| {
+            entries
+                .iter()
+                .map(|(k, _, v)| (k.len() + v.map_or(0, <[u8]>::len)) as u64)
+                .sum()
+        };
+        if batch.len() == 1 {
+            // A single put: nothing to search beside it, nothing to gather.
+            let entry @ (key, seq, value) = entries.next().expect("a batch of one");
             self.insert(key, seq, value);
-            return user_bytes;
+            return user_bytes(&[entry]);
         }
-        if let Some(f) = &self.filter {
-            for (key, _, _) in &entries {
-                f.insert_hash(key_hash(key));
-            }
+        let entries: Vec<NewEntry<'_>> = entries.collect();
+        for (key, _, _) in &entries {
+            self.note_key(key);
         }
         // Every entry has a sequence number of its own, so the order in
         // which they are linked changes nothing a reader can see, and none
         // is visible before the whole batch is in.
         self.list.insert_all(&entries);
-        user_bytes
+        user_bytes(&entries)
     }
 
     pub(crate) fn insert(&self, key: &[u8], seq: u64, value: Option<&[u8]>) {
-        // Before the entry is linked: a reader that can see the entry (its
-        // sequence number was published after this) sees its filter bits.
+        self.note_key(key);
+        self.list.insert(key, seq, value);
+    }
+
+    /// Adds `key` to the filter. Before the entry is linked: a reader that
+    /// can see the entry (its sequence number was published after this)
+    /// sees its filter bits.
+    fn note_key(&self, key: &[u8]) {
         if let Some(f) = &self.filter {
             f.insert_hash(key_hash(key));
         }
-        self.list.insert(key, seq, value);
     }
 
     /// The newest version of `key` (whose [`key_hash`] is `h`) with a

@@ -486,9 +486,9 @@ impl Tph {
     }
 
     /// The live entries whose key hash lies in `hashes`, sorted by key; the
-    /// bytes read for them are added to `stats`. `whole` reads every piece whole, in large
-    /// sequential reads, for when most of it is wanted; otherwise only the
-    /// blocks holding an entry in the range are read (see
+    /// bytes read for them are added to `stats`. `whole` reads every piece
+    /// whole, in large sequential reads, for when most of it is wanted;
+    /// otherwise only the blocks holding an entry in the range are read (see
     /// [`PieceReader::for_each_entry_in_hash_range`]). A merge too large for
     /// memory takes a few partitions per pass, and passes that each read
     /// every input whole read eight times the input at the default fanout.
