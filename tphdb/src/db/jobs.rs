@@ -109,6 +109,14 @@ impl Inner {
         }
     }
 
+    /// Records how many compactions hold a thread, for
+    /// `DBStats::peak_running_compactions`.
+    pub(super) fn note_running_compactions(&self, st: &State) {
+        self.stats
+            .peak_running_compactions
+            .fetch_max(st.running.pool_jobs as u64, Ordering::Relaxed);
+    }
+
     /// The shape of the current version, as the picker sees it.
     fn shape(&self, st: &State) -> Shape {
         Shape::of(st.current(), merge_memory)
@@ -128,6 +136,7 @@ impl Inner {
             _ => None,
         };
         st.running.start(&work, &shape, &self.policy);
+        self.note_running_compactions(st);
         Some(match work {
             Work::Flush => {
                 st.flushing_memtables = st.imms.len();
@@ -164,11 +173,15 @@ impl Inner {
         let start = Instant::now();
         let result = self.execute(&job, false);
         if let Ok(Ran::Parked) = result {
-            // Still running: it goes on as `Job::FinishPushDown`.
+            // Still running: it goes on as `Job::FinishPushDown`, but its
+            // thread is free.
             let micros = start.elapsed().as_micros() as u64;
             self.stats
                 .compaction_micros
                 .fetch_add(micros, Ordering::Relaxed);
+            let mut st = self.state.lock();
+            self.resume_push_downs(&mut st);
+            self.maybe_schedule(&mut st);
             return;
         }
         if let Job::Flush(mems) = &job {

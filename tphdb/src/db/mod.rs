@@ -68,6 +68,7 @@ pub(crate) struct State {
     pub(crate) push_downs: push_down::PushDowns,
     /// The oldest frozen memtables a running flush writes out.
     pub(crate) flushing_memtables: usize,
+    /// Jobs started and not ended, parked push-downs included.
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
     pub(crate) manual: bool,

@@ -80,6 +80,7 @@ impl Inner {
         {
             let mut st = self.state.lock();
             if !alone && !st.running.take_source(id) {
+                st.running.park(id);
                 let change = std::mem::take(change);
                 let source = source.clone();
                 st.push_downs.parked.insert(id, Parked { source, change });
@@ -111,13 +112,16 @@ impl Inner {
             .inspect_err(|_| discard(change))
     }
 
-    /// Starts the parked push-downs whose TPH no job merges into any more.
-    /// Called whenever a job ends, also while shutting down: parked jobs
-    /// count as running.
+    /// Starts the parked push-downs whose TPH no job merges into any more,
+    /// while a thread is free for them. Called whenever a job ends, before
+    /// new jobs are picked (the end holds its TPH, and so all of level 1
+    /// for level 0's next compaction, but takes a fraction of a second),
+    /// also while shutting down: parked jobs count as running.
     pub(super) fn resume_push_downs(self: &Arc<Self>, st: &mut super::State) {
         let ids: Vec<TphId> = st.push_downs.parked.keys().copied().collect();
         for id in ids {
-            if st.running.take_source(id) {
+            if st.running.resume(id, &self.policy) {
+                self.note_running_compactions(st);
                 let inner = self.clone();
                 self.pool
                     .spawn(move || inner.run_job(super::jobs::Job::FinishPushDown(id)));

@@ -39,6 +39,7 @@ pub(crate) struct Stats {
     pub(crate) tombstones_dropped: AtomicU64,
     pub(crate) push_downs_overlapped: AtomicU64,
     pub(crate) push_down_waits: AtomicU64,
+    pub(crate) peak_running_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
     pub(crate) open_micros: AtomicU64,
     pub(crate) wal_replayed_batches: AtomicU64,
@@ -272,6 +273,9 @@ pub struct DBStats {
     /// Push-downs that, their children written, waited for a merge into
     /// their TPH to end.
     pub push_down_waits: u64,
+    /// The most compactions (level-0 merges, push-downs, folds) that held
+    /// a background thread at once: at most `background_threads`.
+    pub peak_running_compactions: u64,
     /// Time writers waited for flushes and compactions.
     pub stall_micros: u64,
     /// Time the last open took.
@@ -426,6 +430,7 @@ impl Inner {
             tombstones_dropped: s.tombstones_dropped.load(Relaxed),
             push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
             push_down_waits: s.push_down_waits.load(Relaxed),
+            peak_running_compactions: s.peak_running_compactions.load(Relaxed),
             stall_micros: s.stall_micros.load(Relaxed),
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
@@ -565,8 +570,8 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "push-downs merged into meanwhile {}  waited for a merge {}",
-            self.push_downs_overlapped, self.push_down_waits
+            "push-downs merged into meanwhile {}  waited for a merge {}  most compactions at once {}",
+            self.push_downs_overlapped, self.push_down_waits, self.peak_running_compactions
         );
         let _ = writeln!(
             s,

@@ -287,7 +287,8 @@ impl Inner {
                 slowed = true;
                 let (backlog, near_stop) = if opts.one_level {
                     let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
-                    let due = compaction::level1_due(st.current(), opts.tph_target_bytes);
+                    let due =
+                        compaction::level1_due(st.current(), opts.tph_target_bytes, &st.running);
                     let backlog =
                         compaction::one_level_backlog(waiting, due, opts.background_threads);
                     (backlog, st.imms.len() + 1 >= max_imms)

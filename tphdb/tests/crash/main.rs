@@ -24,14 +24,14 @@ fn options(fs: &FaultFs) -> Options {
         write_buffer_bytes: 3 << 10,
         max_immutable_memtables: 2,
         // Below the workload's live data: level-1 TPHs are pushed down
-        // while level 0 merges into them.
+        // while level 0 merges into them, on the other thread.
         tph_target_bytes: 1 << 10,
         fanout: 2,
         max_levels: 3,
         l0_compaction_trigger: 2,
         max_pieces: 3,
         manifest_max_bytes: 2 << 10,
-        background_threads: 1,
+        background_threads: 2,
         page_size_bytes: 512,
         ..Options::default()
     }
