@@ -189,6 +189,11 @@ impl Inner {
             // the bound hold.
             self.bound_pinned_memtables(mems);
         }
+        let (work, flush) = (job.work(), matches!(job, Job::Flush(_)));
+        // Likewise its inputs (a push-down's TPH): the deferred list then
+        // holds the last reference to each replaced piece, and the edit
+        // that releases it deletes the file before anyone sees the job end.
+        drop(job);
         let mut st = self.state.lock();
         match &result {
             // Out of space: nothing was installed; retry once space may be back.
@@ -196,10 +201,10 @@ impl Inner {
             Err(e) => self.poison(&mut st, e),
             Ok(_) => st.space.succeeded(),
         }
-        if matches!(job, Job::Flush(_)) {
+        if flush {
             st.flushing_memtables = 0;
         }
-        if let Some(work) = job.work() {
+        if let Some(work) = work {
             let fanout = st.current().layout.fanout;
             st.running.finish(&work, fanout, &self.policy);
             if let Work::PushDown(id) = work {
@@ -208,13 +213,12 @@ impl Inner {
         }
         self.resume_push_downs(&mut st);
         let micros = start.elapsed().as_micros() as u64;
-        match &job {
-            Job::Flush(_) => self.stats.flush_micros.fetch_add(micros, Ordering::Relaxed),
-            _ => self
-                .stats
-                .compaction_micros
-                .fetch_add(micros, Ordering::Relaxed),
+        let spent = if flush {
+            &self.stats.flush_micros
+        } else {
+            &self.stats.compaction_micros
         };
+        spent.fetch_add(micros, Ordering::Relaxed);
         st.running_jobs -= 1;
         self.maybe_schedule(&mut st);
         if st.running_jobs == 0 {
