@@ -247,6 +247,7 @@ fn dump_load_checkpoint_compact_and_inspect() {
         "sections:",
         "properties:",
         "perfect hash: cphash",
+        "TPH head: level ",
         "blocks:",
         "seq ",
     ] {

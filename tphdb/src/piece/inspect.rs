@@ -50,6 +50,23 @@ impl PieceReader {
                 s.crc
             );
         }
+        if let Some(meta) = self.extra_section(crate::tph::SECTION_META)? {
+            let m = crate::tph::TphMeta::decode(&meta)?;
+            let pieces: Vec<String> = m
+                .pieces
+                .iter()
+                .map(|(number, live)| format!("{number} ({live} live)"))
+                .collect();
+            let _ = writeln!(
+                w,
+                "TPH head: level {} partition {}, {}-bit signatures, {} pieces oldest first: {}",
+                m.level,
+                m.partition,
+                m.sig_bits,
+                m.pieces.len(),
+                pieces.join(", ")
+            );
+        }
         let p = self.properties();
         let _ = writeln!(w, "properties:");
         let _ = writeln!(

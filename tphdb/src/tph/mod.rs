@@ -31,8 +31,8 @@ pub(crate) use merge::{
 };
 
 use self::index::GlobalIndex;
-pub(crate) use self::meta::MAX_PIECES;
-use self::meta::{TphMeta, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS};
+pub(crate) use self::meta::{TphMeta, MAX_PIECES, SECTION_META};
+use self::meta::{SECTION_EXCEPTIONS, SECTION_PHF, SECTION_SLOTS};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenFiles, ReadMode};
 use crate::hash::{key_hash, key_hash2};
