@@ -56,6 +56,23 @@ impl Running {
         self.all_of_level1 || self.tphs.iter().any(|t| t.level == 1)
     }
 
+    /// Whether level-1 TPH `partition`, with `live_bytes` of live data, is
+    /// past its push-down threshold and not being pushed down. The picker
+    /// asks it of a [`Shape`], the writers' pacing of a version.
+    fn waits_for_push_down(
+        &self,
+        partition: u64,
+        live_bytes: u64,
+        target: u64,
+        fanout: u64,
+    ) -> bool {
+        let id = TphId {
+            level: 1,
+            partition,
+        };
+        live_bytes > push_down_threshold(target, fanout, partition) && !self.pushing.contains(&id)
+    }
+
     /// Whether a thread of the compaction pool is free.
     pub(crate) fn thread_free(&self, policy: &Policy) -> bool {
         self.pool_jobs < policy.background_threads.max(1)
@@ -366,12 +383,7 @@ fn most_urgent_push_down(
 fn level1_due_in(shape: &Shape, running: &Running, policy: &Policy) -> bool {
     shape.depth >= 2
         && shape.levels[0].iter().any(|(&p, t)| {
-            let id = TphId {
-                level: 1,
-                partition: p,
-            };
-            t.live_data_bytes > push_down_threshold(policy.tph_target_bytes, shape.fanout, p)
-                && !running.pushing.contains(&id)
+            running.waits_for_push_down(p, t.live_data_bytes, policy.tph_target_bytes, shape.fanout)
         })
 }
 
@@ -387,14 +399,7 @@ pub(crate) fn level1_due(v: &Version, target: u64, running: &Running) -> usize {
     let fanout = v.layout.fanout;
     v.levels[0]
         .iter()
-        .filter(|(&p, t)| {
-            let id = TphId {
-                level: 1,
-                partition: p,
-            };
-            t.live_data_bytes() > push_down_threshold(target, fanout, p)
-                && !running.pushing.contains(&id)
-        })
+        .filter(|(&p, t)| running.waits_for_push_down(p, t.live_data_bytes(), target, fanout))
         .count()
 }
 
