@@ -1,11 +1,23 @@
 //! Background jobs as a user sees them: how many run at once, and what
 //! they leave on disk once the database is settled.
 
+use std::path::Path;
+
 use tphdb::{Options, DB};
 
 mod common;
 
-use common::small;
+use common::{small, spread_key};
+
+/// The sizes of the piece files in `dir`.
+fn piece_file_sizes(dir: &Path) -> Vec<u64> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "ph"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect()
+}
 
 /// Compactions start only on a free background thread. Before, every job
 /// the picker allowed was handed to the pool at once: queued behind busy
@@ -21,9 +33,8 @@ fn compactions_start_only_on_a_free_thread() {
         ..small()
     };
     let db = DB::open(&opts, dir.path()).unwrap();
-    let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
     for i in 0..150_000u64 {
-        db.put(key(i), [i as u8; 100]).unwrap();
+        db.put(spread_key(i), [i as u8; 100]).unwrap();
     }
     db.flush().unwrap();
     db.wait_for_compactions().unwrap();
@@ -38,7 +49,7 @@ fn compactions_start_only_on_a_free_thread() {
     );
     for i in (0..150_000).step_by(7) {
         assert_eq!(
-            db.get(key(i)).unwrap().as_deref(),
+            db.get(spread_key(i)).unwrap().as_deref(),
             Some(&[i as u8; 100][..])
         );
     }
@@ -60,20 +71,14 @@ fn a_wait_for_compactions_returns_with_replaced_files_deleted() {
         ..Options::default()
     };
     let db = DB::open(&opts, dir.path()).unwrap();
-    let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
     let mut stale = Vec::new();
     for round in 0..8u64 {
         for i in round * 4000..(round + 1) * 4000 {
-            db.put(key(i), vec![i as u8; 1000]).unwrap();
+            db.put(spread_key(i), vec![i as u8; 1000]).unwrap();
         }
         db.flush().unwrap();
         db.wait_for_compactions().unwrap();
-        let on_disk: u64 = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| e.path().extension().is_some_and(|x| x == "ph"))
-            .map(|e| e.metadata().unwrap().len())
-            .sum();
+        let on_disk: u64 = piece_file_sizes(dir.path()).iter().sum();
         let used: u64 = db.stats().levels.iter().map(|l| l.file_bytes).sum();
         if on_disk != used {
             stale.push((round, on_disk - used));
@@ -102,16 +107,7 @@ fn a_settled_database_keeps_no_obsolete_pieces() {
     }
     db.wait_for_compactions().unwrap();
     let pieces_used: u64 = db.stats().levels.iter().map(|l| l.pieces).sum();
-    let on_disk = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "ph")
-        })
-        .count() as u64;
+    let on_disk = piece_file_sizes(dir.path()).len() as u64;
     // Heads that hold only an index are files too, beyond the data pieces.
     let tphs: u64 = db.stats().levels.iter().map(|l| l.tphs).sum();
     assert!(

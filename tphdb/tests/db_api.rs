@@ -10,7 +10,7 @@ use tphdb::{
 
 mod common;
 
-use common::{collect, small};
+use common::{collect, small, spread_key};
 
 #[test]
 fn empty_keys_empty_values_and_values_of_several_mib() {
@@ -315,10 +315,9 @@ fn a_million_keys_round_trip() {
         ..Options::default()
     };
     let db = DB::open(&opts, dir.path()).unwrap();
-    let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
     let mut b = WriteBatch::new();
     for i in 0..1_000_000u64 {
-        b.put(key(i), i.to_le_bytes());
+        b.put(spread_key(i), i.to_le_bytes());
         if b.len() == 1000 {
             db.write(std::mem::take(&mut b)).unwrap();
         }
@@ -328,7 +327,7 @@ fn a_million_keys_round_trip() {
     db.flush().unwrap();
     for i in (0..1_000_000u64).step_by(7) {
         assert_eq!(
-            db.get(key(i)).unwrap().as_deref(),
+            db.get(spread_key(i)).unwrap().as_deref(),
             Some(&i.to_le_bytes()[..])
         );
     }
@@ -354,10 +353,9 @@ fn one_level_mode_grows_a_second_level_and_no_third() {
         ..Options::default()
     };
     let db = DB::open(&opts, dir.path()).unwrap();
-    let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
     let keys = 40_000u64;
     for i in 0..keys {
-        db.put(key(i), [i as u8; 100]).unwrap();
+        db.put(spread_key(i), [i as u8; 100]).unwrap();
     }
     db.flush().unwrap();
     db.wait_for_compactions().unwrap();
@@ -373,7 +371,7 @@ fn one_level_mode_grows_a_second_level_and_no_third() {
     let db = DB::open(&opts, dir.path()).unwrap();
     for i in (0..keys).step_by(3) {
         assert_eq!(
-            db.get(key(i)).unwrap().as_deref(),
+            db.get(spread_key(i)).unwrap().as_deref(),
             Some(&[i as u8; 100][..])
         );
     }

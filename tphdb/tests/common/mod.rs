@@ -14,6 +14,13 @@ pub fn small() -> Options {
     }
 }
 
+/// Key `i` of a sequence spread over the key space: consecutive `i` land
+/// in unrelated partitions.
+#[allow(dead_code)] // not every test binary uses it
+pub fn spread_key(i: u64) -> [u8; 8] {
+    i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes()
+}
+
 /// An iterator's entries as owned pairs; any error fails the test.
 #[allow(dead_code)] // not every test binary iterates
 pub fn collect(
