@@ -28,6 +28,22 @@ fn results(v: &Value) -> &Vec<Value> {
     v["results"].as_array().unwrap()
 }
 
+/// A parameter the perfect hash refuses is an error message, not a panic.
+#[test]
+fn bench_phf_reports_a_refused_parameter() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .current_dir(dir.path())
+        .args(["bench", "phf", "--keys", "1000", "--lambda", "7"])
+        .args(["--engines", "cphash", "--rounds", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("keys_per_bucket"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn bench_phf_reports_every_engine() {
     let v = run_bench(&[

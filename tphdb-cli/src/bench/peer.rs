@@ -88,9 +88,12 @@ pub struct PeerArgs {
     /// tphdb: TPHs per parent in the next level.
     #[arg(long)]
     pub fanout: Option<u32>,
-    /// tphdb: signature bits of the global index.
+    /// tphdb: signature bits of the global index above the deepest level.
     #[arg(long)]
     pub signature_bits: Option<u32>,
+    /// tphdb: signature bits of the deepest level's global indexes.
+    #[arg(long)]
+    pub bottom_signature_bits: Option<u32>,
     /// tphdb: one-level mode.
     #[arg(long)]
     pub one_level: bool,
@@ -169,6 +172,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     tph_target_mb: a.tph_target_mb,
                     fanout: a.fanout,
                     signature_bits: a.signature_bits,
+                    bottom_signature_bits: a.bottom_signature_bits,
                     one_level: a.one_level,
                     single_tier: a.single_tier,
                     align_blocks: a.align_blocks,

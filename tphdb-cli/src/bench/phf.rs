@@ -78,14 +78,14 @@ impl Bench for Fmph {
 }
 
 fn build(engine: &str, keys: &[u64], cfg: &PhfConfig) -> Result<Box<dyn Bench>, String> {
-    fn ours<P: PerfectHash>(keys: &[u64], cfg: &PhfConfig) -> Box<dyn Bench> {
-        let b = P::build(keys, cfg).expect("perfect hash build");
+    fn ours<P: PerfectHash>(keys: &[u64], cfg: &PhfConfig) -> Result<Box<dyn Bench>, String> {
+        let b = P::build(keys, cfg).map_err(|e| format!("perfect hash build: {e}"))?;
         assert!(b.duplicate_hashes.is_empty());
-        Box::new(b.phf)
+        Ok(Box::new(b.phf))
     }
     Ok(match engine {
-        "cphash" => ours::<CpHash>(keys, cfg),
-        "ptr_hash" => ours::<PtrHashPhf>(keys, cfg),
+        "cphash" => ours::<CpHash>(keys, cfg)?,
+        "ptr_hash" => ours::<PtrHashPhf>(keys, cfg)?,
         "fmph" => {
             let mt = rayon::current_num_threads() > 1;
             let conf = ph::fmph::BuildConf::mt(mt);

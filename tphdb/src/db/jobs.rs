@@ -381,7 +381,12 @@ impl Inner {
             dir: &self.dir,
             reads: &self.piece_reads,
             piece_options: &self.piece_options,
-            sig_bits: self.opts.signature_bits,
+            global_phf: &self.global_phf,
+            sig_bits: if bottom {
+                self.opts.bottom_signature_bits
+            } else {
+                self.opts.signature_bits
+            },
             level,
             partition,
             bottom,
@@ -477,5 +482,55 @@ impl Inner {
         drop(st);
         self.bg_cv.notify_all();
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Options, DB};
+
+    /// The deepest level's TPHs are built with `bottom_signature_bits`,
+    /// level 0's with `signature_bits`; global indexes fill their tables
+    /// to `global_phf_table_factor`.
+    #[test]
+    fn the_deepest_level_gets_the_bottom_signature_bits() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            write_buffer_bytes: 256 << 10,
+            tph_target_bytes: 256 << 10,
+            fanout: 4,
+            l0_compaction_trigger: 4,
+            signature_bits: 11,
+            bottom_signature_bits: 6,
+            global_phf_table_factor: 1.02,
+            ..Options::default()
+        };
+        let db = DB::open(&opts, dir.path()).unwrap();
+        for i in 0..60_000u64 {
+            let key = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+            db.put(key, [7u8; 100]).unwrap();
+        }
+        db.wait_for_compactions().unwrap();
+        // Settled, level 0 holds fewer TPHs than its trigger: one more
+        // flush leaves one there if none is.
+        db.put(b"one more", b"flush").unwrap();
+        db.flush().unwrap();
+        let v = db.inner.state.lock().current().clone();
+        assert!(v.depth >= 2, "depth {}", v.depth);
+        let bits = |level: u32| -> Vec<u32> {
+            v.tphs()
+                .filter(|t| t.level() == level)
+                .map(|t| t.signature_bits())
+                .collect()
+        };
+        let (level0, deepest) = (bits(0), bits(v.depth));
+        assert!(!level0.is_empty() && !deepest.is_empty());
+        assert!(level0.iter().all(|&b| b == 11), "level 0: {level0:?}");
+        assert!(deepest.iter().all(|&b| b == 6), "deepest: {deepest:?}");
+        // Small TPHs round their tables up; the load over all of them.
+        let live: u64 = v.tphs().map(|t| t.live_count()).sum();
+        let slots: u64 = v.tphs().map(|t| t.global_slots()).sum();
+        let load = live as f64 / slots as f64;
+        assert!(load > 0.96 && load <= 1.0, "load {load}");
     }
 }

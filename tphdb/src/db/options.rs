@@ -114,19 +114,36 @@ pub struct Options {
     /// PtrHash are also read; otherwise they are refused, because the
     /// PtrHash loader does not validate what it loads.
     pub phf_kind: PhfKind,
-    /// Perfect hash table size over key count (1.1, as the paper; 1.0 to
-    /// 16.0, and 1.0 is a minimal perfect hash).
+    /// Perfect hash table size over key count of the pieces' local
+    /// indexes (1.1, as the paper; 1.0 to 16.0, and 1.0 is a minimal
+    /// perfect hash).
     pub phf_table_factor: f64,
+    /// Table size over key count of the TPHs' global indexes (1.05; 1.0 to
+    /// 16.0). Every slot there holds a signature and a piece id, 11 to 15
+    /// bits, so an empty slot costs more than in a local index, where it
+    /// costs a share of a block offset. CPHash needs no more bits per key
+    /// at 1.05 than at 1.1 (2.16, `tphdb bench phf`), which makes the
+    /// global index about 0.6 bits a key smaller, for a build about a third
+    /// slower.
+    pub global_phf_table_factor: f64,
     /// Keys per perfect-hash segment (65536; 1 to 2^26): segments are built
     /// in parallel (paper §4.1.3), and small ones stay in the CPU cache
     /// while built.
     pub phf_segment_keys: usize,
-    /// Signature bits per global-index slot (10; 1..=32). An absent key
-    /// costs a read with probability `2^-bits` per TPH consulted, and a
-    /// lookup consults every level-0 TPH and one TPH per level: the paper's
-    /// 8 bits let several TPHs add up past 1% extra reads, 10 bits keep them
-    /// under it for about 0.27 more index bytes per key.
+    /// Signature bits per global-index slot of TPHs above the deepest
+    /// level (10; 1..=32). A key a TPH does not hold costs a read with
+    /// probability `2^-bits` there, and a lookup consults every level-0 TPH
+    /// and one TPH per level before the one holding its key: the paper's 8
+    /// bits let several TPHs add up past 1% extra reads, 10 bits keep them
+    /// under it for about 0.27 more index bytes per key of these levels.
     pub signature_bits: u32,
+    /// Signature bits of the deepest level's TPHs (8, the paper's; 1..=32).
+    /// A get reaches the deepest level only for a key no level above holds,
+    /// so these bits cost extra reads only for absent keys (`2^-bits` each),
+    /// never for present ones, while that level holds most keys and so most
+    /// of the index (RocksDB's `optimize_filters_for_hits` drops the last
+    /// level's filters for the same reason).
+    pub bottom_signature_bits: u32,
     /// Memory the running compactions together hold (128 MiB), shared
     /// equally by the `background_threads`; half of a share is for input,
     /// half for the global indexes a compaction rebuilds. A level-0
@@ -211,8 +228,10 @@ impl Default for Options {
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
+            global_phf_table_factor: 1.05,
             phf_segment_keys: 1 << 16,
             signature_bits: 10,
+            bottom_signature_bits: 8,
             compaction_memory_bytes: 128 << 20,
             background_threads: 2,
             scan_io_threads: 16,
@@ -254,8 +273,10 @@ impl fmt::Debug for Options {
             .field("compression", &self.compression)
             .field("phf_kind", &self.phf_kind)
             .field("phf_table_factor", &self.phf_table_factor)
+            .field("global_phf_table_factor", &self.global_phf_table_factor)
             .field("phf_segment_keys", &self.phf_segment_keys)
             .field("signature_bits", &self.signature_bits)
+            .field("bottom_signature_bits", &self.bottom_signature_bits)
             .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
             .field("scan_io_threads", &self.scan_io_threads)
@@ -292,12 +313,20 @@ impl Options {
         (self.compaction_memory_bytes / self.background_threads.max(1)).max(1) as u64
     }
 
-    /// The perfect-hash construction parameters these options choose.
+    /// The perfect-hash construction parameters of the local indexes.
     pub(crate) fn phf_config(&self) -> crate::phf::PhfConfig {
         crate::phf::PhfConfig {
             table_factor: self.phf_table_factor,
             segment_keys: self.phf_segment_keys,
             ..crate::phf::PhfConfig::default()
+        }
+    }
+
+    /// The perfect-hash construction parameters of the global indexes.
+    pub(crate) fn global_phf_config(&self) -> crate::phf::PhfConfig {
+        crate::phf::PhfConfig {
+            table_factor: self.global_phf_table_factor,
+            ..self.phf_config()
         }
     }
 
@@ -329,10 +358,14 @@ impl Options {
         if !(1..=32).contains(&self.signature_bits) {
             return bad("signature_bits must be in 1..=32");
         }
+        if !(1..=32).contains(&self.bottom_signature_bits) {
+            return bad("bottom_signature_bits must be in 1..=32");
+        }
         if self.max_pieces == 0 || self.max_pieces > 1024 {
             return bad("max_pieces must be in 1..=1024");
         }
         self.phf_config().validate()?;
+        self.global_phf_config().validate()?;
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
         }

@@ -15,6 +15,7 @@ mod check;
 mod entry;
 mod format;
 mod inspect;
+mod layout;
 mod reader;
 mod sorted;
 mod writer;

@@ -4,17 +4,16 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::block::{encode_block, pad_block, MAX_PADDING};
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
 use super::entry::{AsEntry, EntryRef};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
+use super::layout::{block_quantum, write_blocks};
 use super::sorted::encode_key_index;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, key_hash2, KEY_HASH_SEED};
 use crate::phf::{Phf, PhfConfig, PhfKind};
 use crate::util::codec::PutExt;
-use crate::util::prefetch;
 
 /// Section ids from here on are free for callers (see
 /// [`write_piece_with_sections`]).
@@ -22,12 +21,8 @@ pub(crate) const FIRST_EXTRA_SECTION: u32 = 16;
 
 /// One key in this many is kept as a sample for seeks (paper §3.3).
 pub const SAMPLE_INTERVAL: usize = 64;
-const NONE: u32 = u32::MAX;
-/// Blocks encoded by one task; each thread of the pool gets this many tasks
-/// before their blocks are written, which bounds the encoded blocks held
-/// (about 1 MiB per thread at 4 KiB blocks) and keeps every thread busy.
-const BLOCKS_PER_BATCH: usize = 64;
-const BATCHES_PER_THREAD: usize = 4;
+/// An empty slot in `SlotLayout::by_slot`.
+pub(super) const NONE: u32 = u32::MAX;
 
 /// How a piece is written.
 #[derive(Clone, Debug)]
@@ -105,9 +100,10 @@ pub(crate) fn write_piece_with_sections<E: AsEntry>(
     let encoded_bytes: usize = entries.par_iter().map(|e| e.as_entry().encoded_len()).sum();
     let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
     let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
+    let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
     let (starts, max_block_bytes) =
-        write_blocks(file.as_mut(), entries, &slots.by_slot, k, options)?;
+        write_blocks(file.as_mut(), entries, &slots.by_slot, k, quantum, options)?;
     let props = properties(
         entries,
         &phf,
@@ -363,113 +359,6 @@ impl Sections {
     }
 }
 
-/// Encodes and appends all blocks, encoding a window of them in parallel at
-/// a time. With `align_blocks`, a block that fits in a page but would
-/// straddle a page boundary starts at the boundary instead: the block before
-/// it carries the padding, so that reading any block touches as few pages
-/// as possible. Returns each block's start plus the end of the last one, and
-/// the largest decompressed block.
-fn write_blocks<E: AsEntry>(
-    file: &mut dyn WritableFile,
-    entries: &[E],
-    by_slot: &[u32],
-    k: usize,
-    options: &PieceOptions,
-) -> Result<(Vec<u64>, usize)> {
-    let total_slots = by_slot.len();
-    let block_count = total_slots.div_ceil(k);
-    let page = options.page_size;
-    let mut starts = Vec::with_capacity(block_count + 1);
-    let mut max_block_bytes = 0;
-    let mut at = file.len();
-    let mut pending: Option<Vec<u8>> = None;
-    let window = BLOCKS_PER_BATCH * BATCHES_PER_THREAD * rayon::current_num_threads();
-    for first in (0..block_count).step_by(window) {
-        let last = (first + window).min(block_count);
-        let batches: Vec<Result<(Vec<Vec<u8>>, usize)>> = (first..last)
-            .step_by(BLOCKS_PER_BATCH)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|batch_first| {
-                let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
-                encode_batch(entries, by_slot, k, blocks, options.compression)
-            })
-            .collect();
-        for batch in batches {
-            let (blocks, max_raw) = batch?;
-            max_block_bytes = max_block_bytes.max(max_raw);
-            for block in blocks {
-                if let Some(mut prev) = pending.take() {
-                    let next_start = (at + prev.len() as u64) as usize;
-                    let into_page = next_start % page;
-                    if options.align_blocks && block.len() <= page && into_page + block.len() > page
-                    {
-                        let mut grow = page - into_page;
-                        if grow < 3 {
-                            grow += page;
-                        }
-                        if grow <= MAX_PADDING + 2 {
-                            pad_block(&mut prev, grow);
-                        }
-                    }
-                    starts.push(at);
-                    at += prev.len() as u64;
-                    file.append(&prev)?;
-                }
-                pending = Some(block);
-            }
-        }
-    }
-    if let Some(prev) = pending {
-        starts.push(at);
-        file.append(&prev)?;
-    }
-    starts.push(file.len());
-    Ok((starts, max_block_bytes))
-}
-
-/// Encodes `blocks`, each into its own buffer. Entries are visited in slot
-/// order, which is random in memory: their cache lines are prefetched one
-/// block ahead.
-fn encode_batch<E: AsEntry>(
-    entries: &[E],
-    by_slot: &[u32],
-    k: usize,
-    blocks: std::ops::Range<usize>,
-    compression: Compression,
-) -> Result<(Vec<Vec<u8>>, usize)> {
-    let slots_of = |b: usize| {
-        by_slot[b * k..((b + 1) * k).min(by_slot.len())]
-            .iter()
-            .map(|&i| (i != NONE).then(|| entries[i as usize].as_entry()))
-            .collect::<Vec<_>>()
-    };
-    let mut out = Vec::with_capacity(blocks.len());
-    let (mut lz4_scratch, mut max_raw) = (Vec::new(), 0);
-    let mut next = slots_of(blocks.start);
-    for b in blocks.clone() {
-        let slots = std::mem::take(&mut next);
-        if b + 1 < blocks.end {
-            next = slots_of(b + 1);
-            for e in next.iter().flatten() {
-                prefetch(e.key.as_ptr());
-                if let Some(v) = e.value {
-                    prefetch(v.as_ptr());
-                }
-            }
-        }
-        let mut block = Vec::with_capacity(slots.len() * 64 + 64);
-        max_raw = max_raw.max(encode_block(
-            &slots,
-            compression,
-            &mut lz4_scratch,
-            &mut block,
-        )?);
-        out.push(block);
-    }
-    Ok((out, max_raw))
-}
-
 /// Entry indices in key order; rejects repeated keys.
 fn sorted_order<E: AsEntry>(entries: &[E]) -> Result<Vec<u32>> {
     let mut order: Vec<u32> = (0..entries.len() as u32).collect();
@@ -496,69 +385,4 @@ fn sorted_order<E: AsEntry>(entries: &[E]) -> Result<Vec<u32>> {
         )));
     }
     Ok(order)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fs::{MemFs, ReadMode};
-    use crate::piece::PieceReader;
-
-    /// Blocks of three 1 KiB entries: the layout where padding costs most.
-    fn kib_entries() -> Vec<(Vec<u8>, Vec<u8>)> {
-        (0..600u32)
-            .map(|i| (format!("key{i:05}").into_bytes(), vec![i as u8; 1024]))
-            .collect()
-    }
-
-    /// The data region's blocks as (start, length).
-    fn layout(align_blocks: bool) -> Vec<(u64, usize)> {
-        let fs = MemFs::new();
-        let path = Path::new("/p.ph");
-        let data = kib_entries();
-        let refs: Vec<EntryRef<'_>> = data
-            .iter()
-            .map(|(k, v)| EntryRef {
-                key: k,
-                value: Some(v),
-                seq: 1,
-            })
-            .collect();
-        let options = PieceOptions {
-            align_blocks,
-            ..PieceOptions::default()
-        };
-        write_piece(&fs, path, &refs, &options).unwrap();
-        let r = PieceReader::open(&fs, path, ReadMode::Pread).unwrap();
-        for (k, v) in &data {
-            assert_eq!(r.get(k).unwrap().unwrap().value.as_deref(), Some(&v[..]));
-        }
-        (0..r.properties().block_count)
-            .map(|b| r.blocks.block(b))
-            .collect()
-    }
-
-    fn pages_spanned((start, len): (u64, usize)) -> u64 {
-        (start + len as u64 - 1) / 4096 - start / 4096 + 1
-    }
-
-    #[test]
-    fn packed_blocks_leave_no_gaps_and_aligned_ones_one_page_each() {
-        let packed = layout(false);
-        let aligned = layout(true);
-        let end = |blocks: &[(u64, usize)]| blocks.last().map_or(0, |&(s, l)| s + l as u64);
-        let (packed_bytes, aligned_bytes) = (end(&packed), end(&aligned));
-        assert!(packed.windows(2).all(|w| w[0].0 + w[0].1 as u64 == w[1].0));
-        assert!(packed.iter().any(|&b| pages_spanned(b) == 2));
-        assert!(packed.iter().all(|&b| pages_spanned(b) <= 2));
-        // Every aligned block fits a page, so each is read as one page.
-        assert!(aligned.iter().all(|&(_, len)| len <= 4096));
-        assert!(aligned.iter().all(|&b| pages_spanned(b) == 1));
-        // Blocks of three slots (2.7 entries of 1 KiB at a 90% load) leave
-        // about a third of each page unused.
-        assert!(
-            packed_bytes * 4 < aligned_bytes * 3,
-            "packed {packed_bytes} bytes, aligned {aligned_bytes}"
-        );
-    }
 }

@@ -21,7 +21,7 @@ use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
-use crate::phf::Phf;
+use crate::phf::{Phf, PhfConfig};
 use crate::piece::{write_piece_with_sections, AsEntry, EntryRef, PieceOptions};
 
 /// An entry moving into a TPH.
@@ -70,6 +70,9 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) dir: &'a Path,
     pub(crate) reads: &'a PieceReads,
     pub(crate) piece_options: &'a PieceOptions,
+    /// How the global index is built (the pieces' own indexes follow
+    /// `piece_options`).
+    pub(crate) global_phf: &'a PhfConfig,
     pub(crate) sig_bits: u32,
     pub(crate) level: u32,
     pub(crate) partition: u64,
@@ -510,7 +513,7 @@ fn build_index_sections(
         ctx.piece_options.phf_kind,
         live.count(),
         &mut |f: &mut dyn FnMut(u64)| live.for_each(stats, &mut |h, _, _| f(h)),
-        &ctx.piece_options.phf,
+        ctx.global_phf,
         ctx.index_batch_keys,
     )?;
     let phf = built.phf;

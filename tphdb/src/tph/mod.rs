@@ -339,6 +339,16 @@ impl Tph {
         self.partition
     }
 
+    #[cfg(test)]
+    pub(crate) fn signature_bits(&self) -> u32 {
+        self.index.sig_bits
+    }
+
+    #[cfg(test)]
+    pub(crate) fn global_slots(&self) -> u64 {
+        self.index.phf.table_size() as u64
+    }
+
     pub(crate) fn head_number(&self) -> u64 {
         self.head.number
     }

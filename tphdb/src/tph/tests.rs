@@ -83,6 +83,7 @@ impl Harness {
             dir: &self.dir,
             reads: &self.reads,
             piece_options: &self.options,
+            global_phf: &self.options.phf,
             sig_bits: 8,
             level: 1,
             partition: 0,

@@ -95,6 +95,7 @@ pub struct TphdbSettings {
     pub tph_target_mb: Option<u64>,
     pub fanout: Option<u32>,
     pub signature_bits: Option<u32>,
+    pub bottom_signature_bits: Option<u32>,
     pub one_level: bool,
     pub single_tier: bool,
     pub align_blocks: bool,

@@ -32,6 +32,7 @@ impl Tphdb {
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
+            bottom_signature_bits: t.bottom_signature_bits.unwrap_or(d.bottom_signature_bits),
             one_level: t.one_level,
             single_tier: t.single_tier,
             align_blocks: t.align_blocks,
