@@ -172,7 +172,8 @@ pub(crate) enum MergeOutcome {
 pub(crate) const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
 /// Memory: the delta and what the new piece writes (the job's input), one
-/// bit per slot of the base index, and the new index as it is built;
+/// bit per slot of the base index and per entry of the base pieces that
+/// stay, and the new index as it is built;
 /// the base's keys are streamed from its pieces' key-hash sections, and the
 /// perfect hash is built holding at most `index_batch_keys` hashes.
 pub(crate) fn merge(
@@ -242,13 +243,14 @@ pub(crate) fn merge(
     written.sort_unstable_by(|a, b| a.key.cmp(&b.key));
 
     let obsolete = obsolete_files(base, &dead, &victim, &remaining);
-    let live = LiveKeys {
+    let live = LiveKeys::new(
         base,
-        superseded: &superseded,
-        remaining: &remaining,
-        live_counts: &live_counts,
-        written: &written,
-    };
+        &superseded,
+        &remaining,
+        &live_counts,
+        &written,
+        &mut stats,
+    )?;
     if live.count() == 0 {
         return Ok(MergeOutcome::Emptied { obsolete, stats });
     }
