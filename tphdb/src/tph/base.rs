@@ -21,7 +21,7 @@ pub(super) enum Loc {
 }
 
 /// One bit per slot or exception of the base index.
-struct Bits(Vec<u64>);
+pub(super) struct Bits(Vec<u64>);
 
 impl Bits {
     fn new(n: usize) -> Bits {
@@ -154,71 +154,25 @@ pub(super) fn held_hashes(
 /// Every live key of the merged TPH, for building its global index: the
 /// base's live keys that stay in their (renumbered) pieces, then the keys
 /// the new piece writes. The base keys are streamed from the pieces' key
-/// hashes each time; which of them are live is decided once, by routing
-/// each through the base index, and kept as one bit per entry of the
-/// remaining pieces. The index build streams the keys once per batch of
-/// its perfect hash and once more to fill the slots: routing each time
-/// (a random access into the base's slots per key) made those passes a
-/// tenth of a write-heavy server's CPU.
+/// hashes each time; which of them are live is decided on the first pass,
+/// by routing each through the base index, and kept as one bit per entry
+/// of the remaining pieces for the later ones. The index build streams the
+/// keys once per batch of its perfect hash and once more to fill the
+/// slots: routing each time (a random access into the base's slots per
+/// key) made those passes a tenth of a write-heavy server's CPU.
 pub(super) struct LiveKeys<'a> {
-    base: Option<&'a Tph>,
+    pub(super) base: Option<&'a Tph>,
+    pub(super) superseded: &'a Superseded,
     /// Base pieces that stay, by base index, and their live counts.
-    remaining: &'a [usize],
-    live_counts: &'a [u64],
-    written: &'a [DeltaEntry],
-    /// Per remaining piece, whether each entry of its key-hash section is
-    /// live.
-    live: Vec<Bits>,
+    pub(super) remaining: &'a [usize],
+    pub(super) live_counts: &'a [u64],
+    pub(super) written: &'a [DeltaEntry],
+    /// Per remaining piece already streamed, whether each entry of its
+    /// key-hash section is live.
+    pub(super) marks: Vec<Bits>,
 }
 
-impl<'a> LiveKeys<'a> {
-    /// Routes every entry of the `remaining` base pieces once and checks
-    /// their live counts.
-    pub(super) fn new(
-        base: Option<&'a Tph>,
-        superseded: &Superseded,
-        remaining: &'a [usize],
-        live_counts: &'a [u64],
-        written: &'a [DeltaEntry],
-        stats: &mut MergeStats,
-    ) -> Result<LiveKeys<'a>> {
-        let mut live_bits = Vec::with_capacity(remaining.len());
-        if let Some(base) = base {
-            for &i in remaining {
-                let piece = &base.pieces[i];
-                let entries = piece.properties().entry_count;
-                stats.hash_bytes_read += entries * 16;
-                let mut bits = Bits::new(entries as usize);
-                let (mut at, mut live) = (0usize, 0u64);
-                piece.for_each_key_hash(|h, h2| {
-                    if let Some((loc, p)) = route(base, h, h2) {
-                        if p == i && !superseded.contains(loc) {
-                            live += 1;
-                            bits.set(at);
-                        }
-                    }
-                    at += 1;
-                })?;
-                if live != live_counts[i] {
-                    return Err(Error::corruption(
-                        format!("live keys of {}", piece.name()),
-                        live_counts[i],
-                        live,
-                    )
-                    .at(base.head.name()));
-                }
-                live_bits.push(bits);
-            }
-        }
-        Ok(LiveKeys {
-            base,
-            remaining,
-            live_counts,
-            written,
-            live: live_bits,
-        })
-    }
-
+impl LiveKeys<'_> {
     pub(super) fn count(&self) -> u64 {
         self.remaining
             .iter()
@@ -228,24 +182,50 @@ impl<'a> LiveKeys<'a> {
     }
 
     /// Calls `f(h, h2, field)` for every live key, `field` being its piece
-    /// in the new TPH plus one.
+    /// in the new TPH plus one. The first call marks the live entries and
+    /// checks the live counts of the base pieces.
     pub(super) fn for_each(
-        &self,
+        &mut self,
         stats: &mut MergeStats,
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()> {
         if let Some(base) = self.base {
-            for (j, (&i, bits)) in self.remaining.iter().zip(&self.live).enumerate() {
+            for (j, &i) in self.remaining.iter().enumerate() {
                 let piece = &base.pieces[i];
-                stats.hash_bytes_read += piece.properties().entry_count * 16;
+                let entries = piece.properties().entry_count;
+                stats.hash_bytes_read += entries * 16;
                 let field = j as u32 + 1;
                 let mut at = 0usize;
+                if let Some(marks) = self.marks.get(j) {
+                    piece.for_each_key_hash(|h, h2| {
+                        if marks.get(at) {
+                            f(h, h2, field);
+                        }
+                        at += 1;
+                    })?;
+                    continue;
+                }
+                let mut marks = Bits::new(entries as usize);
+                let mut live = 0u64;
                 piece.for_each_key_hash(|h, h2| {
-                    if bits.get(at) {
-                        f(h, h2, field);
+                    if let Some((loc, p)) = route(base, h, h2) {
+                        if p == i && !self.superseded.contains(loc) {
+                            live += 1;
+                            marks.set(at);
+                            f(h, h2, field);
+                        }
                     }
                     at += 1;
                 })?;
+                if live != self.live_counts[i] {
+                    return Err(Error::corruption(
+                        format!("live keys of {}", piece.name()),
+                        self.live_counts[i],
+                        live,
+                    )
+                    .at(base.head.name()));
+                }
+                self.marks.push(marks);
             }
         }
         let new_field = self.remaining.len() as u32 + 1;

@@ -243,20 +243,20 @@ pub(crate) fn merge(
     written.sort_unstable_by(|a, b| a.key.cmp(&b.key));
 
     let obsolete = obsolete_files(base, &dead, &victim, &remaining);
-    let live = LiveKeys::new(
+    let mut live = LiveKeys {
         base,
-        &superseded,
-        &remaining,
-        &live_counts,
-        &written,
-        &mut stats,
-    )?;
+        superseded: &superseded,
+        remaining: &remaining,
+        live_counts: &live_counts,
+        written: &written,
+        marks: Vec::new(),
+    };
     if live.count() == 0 {
         return Ok(MergeOutcome::Emptied { obsolete, stats });
     }
     let meta = new_meta(ctx, base_pieces, &remaining, &live_counts, written.len())?;
     debug_assert_eq!(meta.live_total(), live.count());
-    let sections = build_index_sections(ctx, &meta, &live, &mut stats)?;
+    let sections = build_index_sections(ctx, &meta, &mut live, &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
     let (head, index) = write_head(ctx, &meta, &written, sections)?;
     // The rest of the piece is its entries and their indexes: the delta's
@@ -504,11 +504,12 @@ fn write_head(
 
 /// The global index of the merged key set, as head-piece sections in the
 /// order meta, phf, slots, exceptions. The keys are streamed from `live`:
-/// once per batch of the perfect-hash build, then once to fill the slots.
+/// once per batch of the perfect-hash build (the first pass marks which
+/// base entries are live), then once to fill the slots.
 fn build_index_sections(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
-    live: &LiveKeys<'_>,
+    live: &mut LiveKeys<'_>,
     stats: &mut MergeStats,
 ) -> Result<[(u32, Vec<u8>); 4]> {
     let built = Phf::build_streamed(
