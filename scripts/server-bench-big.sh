@@ -2,8 +2,8 @@
 # A data set 10x the server's memory limit (docs/server.md): both servers
 # get 64 MiB (Redis: maxmemory with noeviction; tphdb-server: --memory-mb),
 # then pipelined SETs (`-P 16`, 50 clients) of VALUE_SIZE-byte values over
-# enough random keys for about 0.66 GB of distinct data (7e5 keys at 1000
-# bytes, 5e6 at 100), three SETs a key, then GETs over the same keys.
+# enough random keys for about 0.66 GB of distinct data (6.3e5 keys at
+# 1000 bytes, 4.7e6 at 100), three SETs a key, then GETs over the same keys.
 # Prints what each server holds, tphdb-server's memory (anonymous, and file
 # pages mapped from its pieces, which are page cache) and redis-benchmark's
 # CSV rows; Redis is measured on the keys it can hold under the limit.
