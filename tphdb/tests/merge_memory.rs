@@ -55,7 +55,7 @@ fn peak_during(f: impl FnOnce()) -> usize {
 /// per slot, the perfect-hash build over all of them), outside any memory
 /// bound; in one-level mode every flush merges into TPHs holding the whole
 /// database. The base's keys are now streamed from its pieces and its
-/// perfect hash built a batch of segments at a time, within the index half
+/// global index built a batch of chunks at a time, within the index half
 /// of `compaction_memory_bytes`.
 #[test]
 fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
@@ -66,7 +66,7 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
         one_level: true,
         fanout: 2,
         write_buffer_bytes: 64 << 20,
-        // 1 MiB per job: index batches of 64K hashes.
+        // 1 MiB per job: index batches of 13K keys.
         compaction_memory_bytes: 2 << 20,
         phf_segment_keys: 1 << 12,
         background_threads: 2,
@@ -89,9 +89,9 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
     db.flush().unwrap();
     db.put(b"one more", b"key").unwrap();
     let peak = peak_during(|| db.flush().unwrap());
-    // What stays is the new TPH's index: about 2 bytes per key (packed
-    // slots and the perfect hash). What goes: a bit per slot, a batch of
-    // hashes (64K here), the file's write buffer (1 MiB). The merge used
+    // What stays is the new TPH's index: about 2 bytes per key (a fuse of
+    // chunks this small). What goes: a bit per entry of the base, a batch
+    // of keys (13K here), the file's write buffer (1 MiB). The merge used
     // to hold 80 bytes per key of the TPH, 32 MB here.
     let tph_keys = (keys / 2) as usize;
     let bound = (4 << 20) + 3 * tph_keys;

@@ -1,4 +1,6 @@
-//! `tphdb bench phf`: CPHash side by side with PtrHash and FMPH.
+//! `tphdb bench phf`: CPHash side by side with PtrHash and FMPH, and the
+//! global index each makes against a binary fuse (`fuse`), which stores
+//! the index's values without a perfect hash.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -6,6 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 use serde_json::json;
+use tphdb::phf::fuse::Fuse;
 use tphdb::phf::{CpHash, PerfectHash, PhfConfig, PtrHashPhf};
 
 use super::report::round;
@@ -25,9 +28,14 @@ pub struct PhfArgs {
     /// Target keys per CPHash segment.
     #[arg(long, default_value_t = PhfConfig::default().segment_keys)]
     segment_keys: usize,
-    /// Engines to run, comma separated: cphash, ptr_hash, fmph.
+    /// Engines to run, comma separated: cphash, ptr_hash, fmph, fuse.
     #[arg(long, default_value = "cphash,ptr_hash,fmph", value_delimiter = ',')]
     engines: Vec<String>,
+    /// Bits of a global index's value (signature and piece) per key: the
+    /// `index_bits_per_key` column adds a slot of this many bits per table
+    /// entry to a perfect hash, and `fuse` stores values of this width.
+    #[arg(long, default_value_t = 12)]
+    value_bits: u32,
     /// Rounds of builds; the fastest build of each engine is reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -65,6 +73,29 @@ impl<P: PerfectHash> Bench for P {
 
 struct Fmph(ph::fmph::Function);
 
+/// A fuse stores a value per key instead of mapping keys to slots: its
+/// query is the value, its table the cells.
+struct FuseIndex(Fuse);
+
+/// The value a fuse engine stores for `key`.
+fn fuse_value(key: u64, bits: u32) -> u64 {
+    key.rotate_left(17) & ((1 << bits) - 1)
+}
+
+impl Bench for FuseIndex {
+    fn query(&self, key: u64) -> usize {
+        self.0.get(key) as usize
+    }
+    fn table_size(&self) -> usize {
+        0
+    }
+    fn size_bytes(&self) -> usize {
+        let mut v = Vec::new();
+        self.0.encode(&mut v);
+        v.len()
+    }
+}
+
 impl Bench for Fmph {
     fn query(&self, key: u64) -> usize {
         self.0.get_or_panic(&key) as usize
@@ -77,7 +108,12 @@ impl Bench for Fmph {
     }
 }
 
-fn build(engine: &str, keys: &[u64], cfg: &PhfConfig) -> Result<Box<dyn Bench>, String> {
+fn build(
+    engine: &str,
+    keys: &[u64],
+    cfg: &PhfConfig,
+    value_bits: u32,
+) -> Result<Box<dyn Bench>, String> {
     fn ours<P: PerfectHash>(keys: &[u64], cfg: &PhfConfig) -> Result<Box<dyn Bench>, String> {
         let b = P::build(keys, cfg).map_err(|e| format!("perfect hash build: {e}"))?;
         assert!(b.duplicate_hashes.is_empty());
@@ -91,6 +127,14 @@ fn build(engine: &str, keys: &[u64], cfg: &PhfConfig) -> Result<Box<dyn Bench>, 
             let conf = ph::fmph::BuildConf::mt(mt);
             Box::new(Fmph(ph::fmph::Function::from_slice_with_conf(keys, conf)))
         }
+        "fuse" => {
+            let pairs: Vec<(u64, u64)> = keys
+                .iter()
+                .map(|&k| (k, fuse_value(k, value_bits)))
+                .collect();
+            let b = Fuse::build(&pairs, value_bits, cfg.seed).map_err(|e| format!("fuse: {e}"))?;
+            Box::new(FuseIndex(b.fuse))
+        }
         other => return Err(format!("unknown phf engine {other:?}")),
     })
 }
@@ -100,11 +144,12 @@ fn timed_build(
     engine: &str,
     keys: &[u64],
     cfg: &PhfConfig,
+    value_bits: u32,
     threads: usize,
 ) -> Result<(Box<dyn Bench>, f64), String> {
     with_threads(threads, || {
         let t = Instant::now();
-        let b = build(engine, keys, cfg)?;
+        let b = build(engine, keys, cfg, value_bits)?;
         Ok((b, t.elapsed().as_nanos() as f64 / keys.len().max(1) as f64))
     })
 }
@@ -119,8 +164,23 @@ fn query_ns(phf: &dyn Bench, keys: &[u64]) -> f64 {
     t.elapsed().as_nanos() as f64 / keys.len().max(1) as f64
 }
 
-/// A benchmark of a wrong function is worthless: check it is perfect.
-fn check_perfect(engine: &str, phf: &dyn Bench, keys: &[u64]) -> Result<(), String> {
+/// A benchmark of a wrong function is worthless: check it is perfect (a
+/// fuse: that it gives every key its value).
+fn check_perfect(
+    engine: &str,
+    phf: &dyn Bench,
+    keys: &[u64],
+    value_bits: u32,
+) -> Result<(), String> {
+    if engine == "fuse" {
+        return match keys
+            .iter()
+            .all(|&k| phf.query(k) as u64 == fuse_value(k, value_bits))
+        {
+            true => Ok(()),
+            false => Err("fuse gave a key another value".into()),
+        };
+    }
     let mut seen = vec![false; phf.table_size()];
     for &k in keys {
         let s = phf.query(k);
@@ -149,6 +209,7 @@ pub fn run(a: PhfArgs) -> Result<(), Box<dyn std::error::Error>> {
     report.param("table_factor", a.table_factor);
     report.param("lambda", a.lambda);
     report.param("segment_keys", a.segment_keys);
+    report.param("value_bits", a.value_bits);
     report.param("threads", all_threads());
     eprintln!(
         "phf: {} keys, c = {}, {} threads",
@@ -168,12 +229,12 @@ pub fn run(a: PhfArgs) -> Result<(), Box<dyn std::error::Error>> {
     for round in 0..a.rounds.max(1) {
         eprintln!("  round {}/{}", round + 1, a.rounds.max(1));
         for (i, engine) in a.engines.iter().enumerate() {
-            let (_, t1) = timed_build(engine, &keys, &cfg, 1)?;
-            let (phf, tmt) = timed_build(engine, &keys, &cfg, all_threads())?;
+            let (_, t1) = timed_build(engine, &keys, &cfg, a.value_bits, 1)?;
+            let (phf, tmt) = timed_build(engine, &keys, &cfg, a.value_bits, all_threads())?;
             b1[i] = b1[i].min(t1);
             bmt[i] = bmt[i].min(tmt);
             if round == 0 {
-                check_perfect(engine, phf.as_ref(), &keys)?;
+                check_perfect(engine, phf.as_ref(), &keys, a.value_bits)?;
             }
             built[i] = Some(phf);
         }
@@ -186,11 +247,14 @@ pub fn run(a: PhfArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     for (i, engine) in a.engines.iter().enumerate() {
         let phf = built[i].as_deref().expect("built above");
-        let bits = phf.size_bytes() as f64 * 8.0 / keys.len().max(1) as f64;
+        let per_key = |bits: f64| bits / keys.len().max(1) as f64;
+        let bits = per_key(phf.size_bytes() as f64 * 8.0);
+        let index_bits = bits + per_key(phf.table_size() as f64 * a.value_bits as f64);
         report.result(
             engine,
             vec![
                 ("bits_per_key", json!(round(bits, 3))),
+                ("index_bits_per_key", json!(round(index_bits, 3))),
                 ("build_ns_per_key_1t", json!(round(b1[i], 2))),
                 ("build_ns_per_key_mt", json!(round(bmt[i], 2))),
                 ("query_ns_per_key", json!(round(q[i], 2))),

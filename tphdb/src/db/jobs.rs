@@ -381,7 +381,6 @@ impl Inner {
             dir: &self.dir,
             reads: &self.piece_reads,
             piece_options: &self.piece_options,
-            global_phf: &self.global_phf,
             sig_bits: if bottom {
                 self.opts.bottom_signature_bits
             } else {
@@ -398,8 +397,8 @@ impl Inner {
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
             new_number: number,
-            // The other half of the job's share, in 8-byte hashes.
-            index_batch_keys: (self.opts.job_memory_bytes() / 2 / 8).max(1) as usize,
+            // The other half of the job's share.
+            index_memory_bytes: (self.opts.job_memory_bytes() / 2).max(1) as usize,
             pinned: &[],
             carried_down: &[],
         }
@@ -490,8 +489,8 @@ mod tests {
     use crate::{Options, DB};
 
     /// The deepest level's TPHs are built with `bottom_signature_bits`,
-    /// level 0's with `signature_bits`; global indexes fill their tables
-    /// to `global_phf_table_factor`.
+    /// level 0's with `signature_bits`; global indexes are fuses, near a
+    /// field a key.
     #[test]
     fn the_deepest_level_gets_the_bottom_signature_bits() {
         let dir = tempfile::tempdir().unwrap();
@@ -502,7 +501,6 @@ mod tests {
             l0_compaction_trigger: 4,
             signature_bits: 11,
             bottom_signature_bits: 6,
-            global_phf_table_factor: 1.02,
             ..Options::default()
         };
         let db = DB::open(&opts, dir.path()).unwrap();
@@ -527,10 +525,15 @@ mod tests {
         assert!(!level0.is_empty() && !deepest.is_empty());
         assert!(level0.iter().all(|&b| b == 11), "level 0: {level0:?}");
         assert!(deepest.iter().all(|&b| b == 6), "deepest: {deepest:?}");
-        // Small TPHs round their tables up; the load over all of them.
-        let live: u64 = v.tphs().map(|t| t.live_count()).sum();
-        let slots: u64 = v.tphs().map(|t| t.global_slots()).sum();
-        let load = live as f64 / slots as f64;
-        assert!(load > 0.96 && load <= 1.0, "load {load}");
+        // A fuse of a few thousand keys takes about 1.4 cells a key (a
+        // quarter million: 1.1), a cell being a field: signature and piece.
+        assert!(v.tphs().all(|t| t.global_index_is_fuse()));
+        let field_bits: u64 = v
+            .tphs()
+            .map(|t| t.live_count() * u64::from(t.signature_bits() + t.piece_bits()))
+            .sum();
+        let index_bits: u64 = v.tphs().map(|t| t.global_index_bytes() as u64 * 8).sum();
+        let cells_a_field = index_bits as f64 / field_bits as f64;
+        assert!(cells_a_field < 1.55, "{cells_a_field} cells a key");
     }
 }

@@ -188,8 +188,6 @@ pub(crate) struct Inner {
     /// What to compact when, from `opts`.
     pub(crate) policy: crate::compaction::Policy,
     pub(crate) piece_options: crate::piece::PieceOptions,
-    /// How TPHs' global indexes are built.
-    pub(crate) global_phf: crate::phf::PhfConfig,
     pub(crate) piece_reads: crate::tph::PieceReads,
     pub(crate) read_only: bool,
     /// Released at shutdown, not when the last `Arc` goes: a job's thread

@@ -145,7 +145,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             max_garbage_ratio: opts.max_garbage_ratio,
         },
         piece_options: piece_options(&opts),
-        global_phf: opts.global_phf_config(),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(
             opts.delayed_write_rate_bytes,
         )),

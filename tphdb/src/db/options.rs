@@ -118,14 +118,6 @@ pub struct Options {
     /// indexes (1.1, as the paper; 1.0 to 16.0, and 1.0 is a minimal
     /// perfect hash).
     pub phf_table_factor: f64,
-    /// Table size over key count of the TPHs' global indexes (1.07; 1.0 to
-    /// 16.0). Every slot there holds a signature and a piece id, 11 to 15
-    /// bits, so an empty slot costs more than in a local index, where it
-    /// costs a share of a block offset. CPHash needs no more bits per key
-    /// at 1.07 than at 1.1 (2.16, `tphdb bench phf`), which makes the
-    /// global index about 0.4 bits a key smaller, for builds 14% slower
-    /// (1.05: 0.6 bits, 33% slower).
-    pub global_phf_table_factor: f64,
     /// Keys per perfect-hash segment (65536; 1 to 2^26): segments are built
     /// in parallel (paper §4.1.3), and small ones stay in the CPU cache
     /// while built.
@@ -229,7 +221,6 @@ impl Default for Options {
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
-            global_phf_table_factor: 1.07,
             phf_segment_keys: 1 << 16,
             signature_bits: 10,
             bottom_signature_bits: 8,
@@ -274,7 +265,6 @@ impl fmt::Debug for Options {
             .field("compression", &self.compression)
             .field("phf_kind", &self.phf_kind)
             .field("phf_table_factor", &self.phf_table_factor)
-            .field("global_phf_table_factor", &self.global_phf_table_factor)
             .field("phf_segment_keys", &self.phf_segment_keys)
             .field("signature_bits", &self.signature_bits)
             .field("bottom_signature_bits", &self.bottom_signature_bits)
@@ -323,14 +313,6 @@ impl Options {
         }
     }
 
-    /// The perfect-hash construction parameters of the global indexes.
-    pub(crate) fn global_phf_config(&self) -> crate::phf::PhfConfig {
-        crate::phf::PhfConfig {
-            table_factor: self.global_phf_table_factor,
-            ..self.phf_config()
-        }
-    }
-
     /// Bytes of each memtable's key filter.
     pub(crate) fn memtable_filter_bytes(&self) -> usize {
         (self.write_buffer_bytes as f64 * self.memtable_filter_ratio) as usize
@@ -366,7 +348,6 @@ impl Options {
             return bad("max_pieces must be in 1..=1024");
         }
         self.phf_config().validate()?;
-        self.global_phf_config().validate()?;
         if self.max_open_files == 0 {
             return bad("max_open_files must be at least 1");
         }

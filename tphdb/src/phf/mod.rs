@@ -14,6 +14,7 @@
 //! somewhere else (see `docs/format.md`).
 
 mod cphash;
+pub mod fuse;
 mod ptrhash;
 
 use bytes::Bytes;
@@ -21,7 +22,6 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 
 pub use cphash::CpHash;
-pub(crate) use cphash::HashSource;
 pub use ptrhash::PtrHashPhf;
 
 /// The operations tphdb needs from a perfect hash function.
@@ -225,33 +225,6 @@ impl Phf {
                     phf: Phf::PtrHash(b.phf),
                     duplicate_hashes: b.duplicate_hashes,
                 })
-            }
-        }
-    }
-
-    /// Builds over the `n` hashes `source` yields (on every call, in the
-    /// same order) holding about `batch_keys` of them at once, where the
-    /// kind allows it (CPHash builds in batches of segments; PtrHash
-    /// collects them all).
-    pub(crate) fn build_streamed(
-        kind: PhfKind,
-        n: u64,
-        source: &mut HashSource<'_>,
-        config: &PhfConfig,
-        batch_keys: usize,
-    ) -> Result<Built<Phf>> {
-        match kind {
-            PhfKind::CpHash => {
-                let b = CpHash::build_streamed(n, source, config, batch_keys)?;
-                Ok(Built {
-                    phf: Phf::CpHash(b.phf),
-                    duplicate_hashes: b.duplicate_hashes,
-                })
-            }
-            PhfKind::PtrHash => {
-                let mut hashes = Vec::with_capacity(n as usize);
-                source(&mut |h| hashes.push(h))?;
-                Phf::build(kind, &hashes, config)
             }
         }
     }

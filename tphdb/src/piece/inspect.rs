@@ -16,6 +16,7 @@ fn section_name(id: u32) -> String {
         (None, 17) => "TPH perfect hash".into(),
         (None, 18) => "TPH slots".into(),
         (None, 20) => "TPH exceptions".into(),
+        (None, 21) => "TPH fuse".into(),
         (None, _) => "unknown".into(),
     }
 }
@@ -66,6 +67,18 @@ impl PieceReader {
                 m.pieces.len(),
                 pieces.join(", ")
             );
+            if let Some(fuse) = self.extra_section(crate::tph::SECTION_FUSE)? {
+                let fuse = crate::phf::fuse::Fuse::decode(fuse)?;
+                let _ = writeln!(
+                    w,
+                    "global index: fuse over {} keys, {}-bit fields, {} bytes in memory \
+                     ({:.2} bits per key)",
+                    fuse.len(),
+                    fuse.value_bits(),
+                    fuse.memory_bytes(),
+                    fuse.memory_bytes() as f64 * 8.0 / fuse.len().max(1) as f64
+                );
+            }
         }
         let p = self.properties();
         let _ = writeln!(w, "properties:");

@@ -5,22 +5,13 @@
 
 use std::sync::Arc;
 
-use super::index::EMPTY;
 use super::merge::DeltaEntry;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
-use crate::hash::signature;
 
 use super::merge::MergeStats;
 
-/// Where a base key lives in the base index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Loc {
-    Slot(usize),
-    Exception(usize),
-}
-
-/// One bit per slot or exception of the base index.
+/// One bit per entry of a piece or exception of the base index.
 pub(super) struct Bits(Vec<u64>);
 
 impl Bits {
@@ -37,96 +28,128 @@ impl Bits {
     }
 }
 
-/// The base keys the delta replaces, by where they live in the base index.
+/// The base keys the delta replaces: `(h, h2)` per base piece, sorted (the
+/// order of the pieces' key-hash sections), and the replaced exceptions.
 pub(super) struct Superseded {
-    slots: Bits,
+    by_piece: Vec<Vec<(u64, u64)>>,
     exceptions: Bits,
 }
 
 impl Superseded {
     pub(super) fn new(base: Option<&Tph>) -> Superseded {
-        let (table, exceptions) =
-            base.map_or((0, 0), |b| (b.index.table_size(), b.index.exceptions.len()));
+        let (pieces, exceptions) =
+            base.map_or((0, 0), |b| (b.pieces.len(), b.index.exceptions.len()));
         Superseded {
-            slots: Bits::new(table),
+            by_piece: vec![Vec::new(); pieces],
             exceptions: Bits::new(exceptions),
         }
     }
 
-    pub(super) fn mark(&mut self, loc: Loc) {
-        match loc {
-            Loc::Slot(s) => self.slots.set(s),
-            Loc::Exception(x) => self.exceptions.set(x),
+    fn mark(&mut self, key: BaseKey) {
+        match key {
+            BaseKey::Exception(x) => self.exceptions.set(x),
+            BaseKey::Entry { piece, h, h2 } => self.by_piece[piece].push((h, h2)),
         }
     }
 
-    pub(super) fn contains(&self, loc: Loc) -> bool {
-        match loc {
-            Loc::Slot(s) => self.slots.get(s),
-            Loc::Exception(x) => self.exceptions.get(x),
+    fn sort(&mut self) {
+        for keys in &mut self.by_piece {
+            keys.sort_unstable();
+        }
+    }
+
+    /// Whether the base key `(h, h2)` that the base index routes to
+    /// `piece` (through exception `exception`, if its hash is shared) is
+    /// replaced.
+    pub(super) fn contains(&self, piece: usize, exception: Option<usize>, h: u64, h2: u64) -> bool {
+        match exception {
+            Some(x) => self.exceptions.get(x),
+            None => self.by_piece[piece].binary_search(&(h, h2)).is_ok(),
         }
     }
 }
 
-/// Where the base index routes `(h, h2)`: its location and piece. For a
-/// hash shared by several keys the exception list decides exactly; for any
-/// other the route is only a candidate for a key that may not be in the TPH
-/// (a signature match by chance), but exact for a key some piece holds:
-/// every key a piece holds is live, so no other key has its hash.
-pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Loc, usize)> {
+/// A base key the delta replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BaseKey {
+    /// Exception `x` of the base index.
+    Exception(usize),
+    /// An entry of piece `piece` whose hash no other live key has.
+    Entry { piece: usize, h: u64, h2: u64 },
+}
+
+/// Where the base index routes `(h, h2)`: its exception (when its hash is
+/// shared) and piece. For a hash shared by several keys the exception list
+/// decides exactly; for any other the route is only a candidate for a key
+/// that may not be in the TPH (a signature match by chance), but exact for
+/// a key some piece holds: every key a piece holds is live, so no other
+/// key has its hash.
+pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Option<usize>, usize)> {
     let idx = &tph.index;
-    if idx.phf.is_empty() {
-        return None;
-    }
-    let s = idx.phf.slot(h);
-    let (sig, field) = idx.field(s);
-    if field == EMPTY || sig != signature(h, idx.sig_bits) {
-        return None;
-    }
+    let piece = idx.candidate(h)?;
     if let Some(from) = idx.exceptions_for(h) {
         return idx.exceptions[from..]
             .iter()
             .enumerate()
             .take_while(|(_, e)| e.h == h)
             .find(|(_, e)| e.h2 == h2)
-            .map(|(i, e)| (Loc::Exception(from + i), e.field as usize - 1));
+            .map(|(i, e)| (Some(from + i), e.field as usize - 1));
     }
-    Some((Loc::Slot(s), field as usize - 1))
+    Some((None, piece))
 }
 
-/// The base keys among `delta`: for each, where it lives and its piece. A
-/// routed candidate is confirmed against its piece's key hashes, streamed
-/// once per piece and merged with the candidates in hash order.
-pub(super) fn base_keys_in(
-    base: &Tph,
+/// The base keys among `delta`, and the live counts of the base pieces
+/// without them. A routed candidate is confirmed against its piece's key
+/// hashes, streamed once per piece and merged with the candidates in hash
+/// order.
+pub(super) fn supersede(
+    base: Option<&Tph>,
     delta: &[DeltaEntry],
     stats: &mut MergeStats,
-) -> Result<Vec<(Loc, usize)>> {
+) -> Result<(Superseded, Vec<u64>)> {
+    let mut superseded = Superseded::new(base);
+    let Some(base) = base else {
+        return Ok((superseded, Vec::new()));
+    };
     let mut found = Vec::new();
-    let mut candidates: Vec<(usize, u64, u64, Loc)> = Vec::new();
+    let mut candidates: Vec<(usize, u64, u64)> = Vec::new();
     for e in delta {
         match route(base, e.h, e.h2) {
-            Some((loc @ Loc::Exception(_), piece)) => found.push((loc, piece)),
-            Some((loc @ Loc::Slot(_), piece)) => candidates.push((piece, e.h, e.h2, loc)),
+            Some((Some(x), piece)) => found.push((BaseKey::Exception(x), piece)),
+            Some((None, piece)) => candidates.push((piece, e.h, e.h2)),
             None => {}
         }
     }
-    candidates.sort_unstable_by_key(|&(piece, h, h2, _)| (piece, h, h2));
+    candidates.sort_unstable();
     for group in candidates.chunk_by(|a, b| a.0 == b.0) {
-        let piece = &base.pieces[group[0].0];
-        stats.hash_bytes_read += piece.properties().entry_count * 16;
+        let piece = group[0].0;
+        let p = &base.pieces[piece];
+        stats.hash_bytes_read += p.properties().entry_count * 16;
         let mut next = 0;
-        piece.for_each_key_hash(|h, h2| {
+        p.for_each_key_hash(|h, h2| {
             while next < group.len() && (group[next].1, group[next].2) < (h, h2) {
                 next += 1;
             }
             if next < group.len() && (group[next].1, group[next].2) == (h, h2) {
-                found.push((group[next].3, group[next].0));
+                found.push((BaseKey::Entry { piece, h, h2 }, piece));
                 next += 1;
             }
         })?;
     }
-    Ok(found)
+    let mut live_counts = base.live_counts.clone();
+    for (key, piece) in found {
+        superseded.mark(key);
+        live_counts[piece] = live_counts[piece].checked_sub(1).ok_or_else(|| {
+            Error::corruption(
+                format!("live keys of {}", base.pieces[piece].name()),
+                "at least one per key the delta replaces",
+                0,
+            )
+            .at(base.head.name())
+        })?;
+    }
+    superseded.sort();
+    Ok((superseded, live_counts))
 }
 
 /// Which of `hashes` (sorted, distinct) some piece of `pieces` holds.
@@ -207,9 +230,21 @@ impl LiveKeys<'_> {
                 }
                 let mut marks = Bits::new(entries as usize);
                 let mut live = 0u64;
+                // The piece's replaced keys, in the order of its hashes.
+                let replaced = &self.superseded.by_piece[i];
+                let mut next = 0;
                 piece.for_each_key_hash(|h, h2| {
-                    if let Some((loc, p)) = route(base, h, h2) {
-                        if p == i && !self.superseded.contains(loc) {
+                    if let Some((exception, p)) = route(base, h, h2) {
+                        let is_replaced = match exception {
+                            Some(x) => self.superseded.exceptions.get(x),
+                            None => {
+                                while next < replaced.len() && replaced[next] < (h, h2) {
+                                    next += 1;
+                                }
+                                replaced.get(next) == Some(&(h, h2))
+                            }
+                        };
+                        if p == i && !is_replaced {
                             live += 1;
                             marks.set(at);
                             f(h, h2, field);

@@ -1,16 +1,19 @@
 //! A TPH's global index: which piece holds the newest version of each key.
 //!
-//! A perfect hash over the key hashes of every live key of the TPH maps a
-//! key to a slot; the slot holds a signature of the key hash and the piece
-//! (both bit-packed, `sig_bits + piece_bits` bits per slot). A signature
-//! mismatch proves the key absent without a read. When several live keys
-//! share a 64-bit hash, all of them are listed as exceptions, told apart by
-//! a second hash, and the exception list alone decides where they live.
+//! Every live key of the TPH has a field: a signature of its key hash and
+//! its piece, `sig_bits + piece_bits` bits. A fuse over the key hashes
+//! stores the fields (format 2); heads written before it hold a perfect
+//! hash mapping each key to a slot that holds the field (format 1), still
+//! read. A signature mismatch proves the key absent without a read. When
+//! several live keys share a 64-bit hash, all of them are listed as
+//! exceptions, told apart by a second hash, and the exception list alone
+//! decides where they live.
 
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::hash::{key_hash2, signature};
+use crate::phf::fuse::Fuse;
 use crate::phf::Phf;
 use crate::util::codec::{Decoder, PutExt};
 
@@ -26,20 +29,34 @@ pub(crate) struct Exception {
     pub(crate) field: u32,
 }
 
+/// Seed of the fuses of global indexes: part of the format.
+pub(crate) const FUSE_SEED: u64 = 0x7470_6864_6675_7365;
+
+#[derive(Debug)]
+enum Lookup {
+    Slots {
+        phf: Phf,
+        /// Packed `sig << piece_bits | piece_field` per slot, 8 bytes of
+        /// padding at the end so that every field is read with one
+        /// unaligned u64 load.
+        slots: Bytes,
+    },
+    Fuse(Fuse),
+}
+
 #[derive(Debug)]
 pub(crate) struct GlobalIndex {
-    pub(crate) phf: Phf,
+    lookup: Lookup,
     pub(crate) sig_bits: u32,
     pub(crate) piece_bits: u32,
-    /// Packed `sig << piece_bits | piece_field` per slot, 8 bytes of padding
-    /// at the end so that every field is read with one unaligned u64 load.
-    slots: Bytes,
+    piece_count: usize,
     pub(crate) exceptions: Vec<Exception>,
 }
 
 /// The slot section being filled: `sig << piece_bits | piece_field` per
 /// slot, bit-packed, every slot empty until set. Takes the section's size
 /// and no more, so building an index holds no per-key list of fields.
+#[cfg(test)]
 pub(crate) struct SlotTable {
     out: Vec<u8>,
     width: usize,
@@ -47,8 +64,10 @@ pub(crate) struct SlotTable {
 }
 
 /// Bytes before the packed slots: their count.
+#[cfg(test)]
 const SLOTS_HEADER_BYTES: usize = 8;
 
+#[cfg(test)]
 impl SlotTable {
     pub(crate) fn new(slots: usize, sig_bits: u32, piece_bits: u32) -> SlotTable {
         let width = (sig_bits + piece_bits) as usize;
@@ -86,40 +105,57 @@ pub(crate) fn bits_for(max: u64) -> u32 {
 }
 
 impl GlobalIndex {
-    fn width(&self) -> u32 {
-        self.sig_bits + self.piece_bits
-    }
-
-    /// `(signature, piece field)` of `slot`.
+    /// `(signature, piece field)` of slot `slot` of a format-1 table.
     #[inline]
-    pub(crate) fn field(&self, slot: usize) -> (u64, u32) {
-        let bit = slot * self.width() as usize;
+    fn slot_field(&self, slots: &[u8], slot: usize) -> (u64, u32) {
+        let width = self.sig_bits + self.piece_bits;
+        let bit = slot * width as usize;
         let at = bit / 8;
-        let word = u64::from_le_bytes(self.slots[at..at + 8].try_into().expect("8 bytes"));
-        let v = (word >> (bit % 8)) & ((1u64 << self.width()) - 1);
+        let word = u64::from_le_bytes(slots[at..at + 8].try_into().expect("8 bytes"));
+        let v = (word >> (bit % 8)) & ((1u64 << width) - 1);
         (
             v >> self.piece_bits,
             (v & ((1 << self.piece_bits) - 1)) as u32,
         )
     }
 
-    pub(crate) fn table_size(&self) -> usize {
-        self.phf.table_size()
+    /// The piece index the index gives `h` if its signature matches: for a
+    /// live key its piece (unless its hash is shared), for any other key
+    /// `None` or, with probability about `2^-sig_bits`, some piece.
+    #[inline]
+    pub(crate) fn candidate(&self, h: u64) -> Option<usize> {
+        let (sig, piece) = match &self.lookup {
+            Lookup::Slots { phf, slots } => {
+                if phf.is_empty() {
+                    return None;
+                }
+                let (sig, field) = self.slot_field(slots, phf.slot(h));
+                if field == EMPTY {
+                    return None;
+                }
+                (sig, field as usize - 1)
+            }
+            Lookup::Fuse(fuse) => {
+                if fuse.is_empty() {
+                    return None;
+                }
+                let v = fuse.get(h);
+                (
+                    v >> self.piece_bits,
+                    (v & ((1 << self.piece_bits) - 1)) as usize,
+                )
+            }
+        };
+        (piece < self.piece_count && sig == signature(h, self.sig_bits)).then_some(piece)
     }
 
     /// The piece index holding the newest version of `key` (hash `h`) if the
     /// key may be live in the TPH; `None` proves it is not.
     #[inline]
     pub(crate) fn route(&self, key: &[u8], h: u64) -> Option<usize> {
-        if self.phf.is_empty() {
-            return None;
-        }
-        let (sig, field) = self.field(self.phf.slot(h));
-        if field == EMPTY || sig != signature(h, self.sig_bits) {
-            return None;
-        }
+        let piece = self.candidate(h)?;
         match self.exceptions_for(h) {
-            None => Some(field as usize - 1),
+            None => Some(piece),
             Some(from) => {
                 let h2 = key_hash2(key);
                 self.exceptions[from..]
@@ -143,9 +179,20 @@ impl GlobalIndex {
             .then_some(from)
     }
 
-    /// Bytes of memory: perfect hash, packed slots, exceptions.
+    /// Bytes of memory: perfect hash and packed slots or the fuse, and the
+    /// exceptions.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.phf.memory_bytes() + self.slots.len() + self.exceptions.len() * 24
+        let lookup = match &self.lookup {
+            Lookup::Slots { phf, slots } => phf.memory_bytes() + slots.len(),
+            Lookup::Fuse(fuse) => fuse.memory_bytes(),
+        };
+        lookup + self.exceptions.len() * 24
+    }
+
+    /// Whether the index is a fuse (format 2).
+    #[cfg(test)]
+    pub(crate) fn is_fuse(&self) -> bool {
+        matches!(self.lookup, Lookup::Fuse(_))
     }
 
     /// Packs `fields` (one per slot) into the slot section.
@@ -169,10 +216,10 @@ impl GlobalIndex {
         out
     }
 
-    /// Assembles and validates an index read from disk: every slot's piece
-    /// field must be below `piece_count + 1`, so that routing never indexes
-    /// past the TPH's pieces.
-    pub(crate) fn decode(
+    /// Assembles and validates a format-1 index read from disk: every
+    /// slot's piece field must be below `piece_count + 1`, so that routing
+    /// never indexes past the TPH's pieces.
+    pub(crate) fn decode_slots(
         phf: Phf,
         sig_bits: u32,
         piece_bits: u32,
@@ -180,16 +227,7 @@ impl GlobalIndex {
         exceptions_section: &[u8],
         piece_count: usize,
     ) -> Result<GlobalIndex> {
-        if !(1..=32).contains(&sig_bits)
-            || piece_bits > 24
-            || bits_for(piece_count as u64) > piece_bits
-        {
-            return Err(Error::corruption(
-                "tph index widths",
-                format!("1..=32 signature bits and room for {piece_count} pieces"),
-                format!("{sig_bits} signature bits, {piece_bits} piece bits"),
-            ));
-        }
+        check_widths(sig_bits, piece_bits, piece_count as u64)?;
         let mut d = Decoder::new(&slots_section, "tph slots");
         let n = d.u64()?;
         let width = (sig_bits + piece_bits) as u64;
@@ -201,46 +239,104 @@ impl GlobalIndex {
                 format!("{n} slots in {} bytes", d.remaining()),
             ));
         }
-        let mut d = Decoder::new(exceptions_section, "tph exceptions");
-        let count = d.u64()?;
-        if count > (d.remaining() / 20) as u64 {
-            return Err(Error::corruption(
-                "tph exception count",
-                d.remaining() / 20,
-                count,
-            ));
-        }
-        let mut exceptions = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            exceptions.push(Exception {
-                h: d.u64()?,
-                h2: d.u64()?,
-                field: d.u32()?,
-            });
-        }
-        d.finish()?;
+        let table = phf.table_size();
         let index = GlobalIndex {
-            phf,
+            lookup: Lookup::Slots {
+                phf,
+                slots: slots_section.slice(8..),
+            },
             sig_bits,
             piece_bits,
-            slots: slots_section.slice(8..),
-            exceptions,
+            piece_count,
+            exceptions: decode_exceptions(exceptions_section, piece_count)?,
         };
-        let bad_slot = (0..index.table_size()).find(|&s| index.field(s).1 as usize > piece_count);
-        let bad_exception = index
-            .exceptions
-            .iter()
-            .any(|e| e.field == EMPTY || e.field as usize > piece_count);
-        if bad_slot.is_some() || bad_exception || !index.exceptions.windows(2).all(|w| w[0] < w[1])
-        {
+        let Lookup::Slots { slots, .. } = &index.lookup else {
+            unreachable!("built above")
+        };
+        let bad_slot = (0..table).find(|&s| index.slot_field(slots, s).1 as usize > piece_count);
+        if let Some(slot) = bad_slot {
             return Err(Error::corruption(
                 "tph piece fields",
-                format!("pieces 1..={piece_count}, sorted exceptions"),
-                format!("slot {bad_slot:?}, bad exception: {bad_exception}"),
+                format!("pieces 1..={piece_count}"),
+                format!("slot {slot}"),
             ));
         }
         Ok(index)
     }
+
+    /// Assembles and validates a format-2 index read from disk: the fuse's
+    /// values must be `sig_bits + piece_bits` wide, with room for every
+    /// piece. A field past the last piece routes nowhere.
+    pub(crate) fn decode_fuse(
+        fuse_section: Bytes,
+        sig_bits: u32,
+        piece_bits: u32,
+        exceptions_section: &[u8],
+        piece_count: usize,
+    ) -> Result<GlobalIndex> {
+        check_widths(sig_bits, piece_bits, piece_count.saturating_sub(1) as u64)?;
+        let fuse = Fuse::decode(fuse_section)?;
+        if fuse.value_bits() != sig_bits + piece_bits {
+            return Err(Error::corruption(
+                "tph fuse value bits",
+                sig_bits + piece_bits,
+                fuse.value_bits(),
+            ));
+        }
+        Ok(GlobalIndex {
+            lookup: Lookup::Fuse(fuse),
+            sig_bits,
+            piece_bits,
+            piece_count,
+            exceptions: decode_exceptions(exceptions_section, piece_count)?,
+        })
+    }
+}
+
+/// Signature bits 1 to 32, piece bits up to 24 and enough for `max_field`.
+fn check_widths(sig_bits: u32, piece_bits: u32, max_field: u64) -> Result<()> {
+    if !(1..=32).contains(&sig_bits) || piece_bits > 24 || bits_for(max_field) > piece_bits {
+        return Err(Error::corruption(
+            "tph index widths",
+            format!("1..=32 signature bits and room for field {max_field}"),
+            format!("{sig_bits} signature bits, {piece_bits} piece bits"),
+        ));
+    }
+    Ok(())
+}
+
+/// The exception list: sorted, each naming one of the `piece_count`
+/// pieces (`field` is the piece index + 1).
+fn decode_exceptions(section: &[u8], piece_count: usize) -> Result<Vec<Exception>> {
+    let mut d = Decoder::new(section, "tph exceptions");
+    let count = d.u64()?;
+    if count > (d.remaining() / 20) as u64 {
+        return Err(Error::corruption(
+            "tph exception count",
+            d.remaining() / 20,
+            count,
+        ));
+    }
+    let mut exceptions = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        exceptions.push(Exception {
+            h: d.u64()?,
+            h2: d.u64()?,
+            field: d.u32()?,
+        });
+    }
+    d.finish()?;
+    let bad = exceptions
+        .iter()
+        .any(|e| e.field == EMPTY || e.field as usize > piece_count);
+    if bad || !exceptions.windows(2).all(|w| w[0] < w[1]) {
+        return Err(Error::corruption(
+            "tph exceptions",
+            format!("pieces 1..={piece_count}, sorted"),
+            "another piece or order",
+        ));
+    }
+    Ok(exceptions)
 }
 
 #[cfg(test)]
@@ -263,7 +359,7 @@ mod tests {
                 .map(|i| (i % (1u64 << sig_bits.min(20)), (i % (pieces + 1)) as u32))
                 .collect();
             let slots = GlobalIndex::encode_slots(&fields, sig_bits, piece_bits);
-            let idx = GlobalIndex::decode(
+            let idx = GlobalIndex::decode_slots(
                 phf,
                 sig_bits,
                 piece_bits,
@@ -272,8 +368,11 @@ mod tests {
                 pieces as usize,
             )
             .unwrap();
+            let Lookup::Slots { slots, .. } = &idx.lookup else {
+                unreachable!()
+            };
             for (i, &f) in fields.iter().enumerate() {
-                assert_eq!(idx.field(i), f);
+                assert_eq!(idx.slot_field(slots, i), f);
             }
         }
     }

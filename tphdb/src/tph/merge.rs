@@ -11,17 +11,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::base::{base_keys_in, held_hashes, route, LiveKeys, Superseded};
-use super::index::{bits_for, Exception, GlobalIndex, SlotTable};
+use super::base::{held_hashes, route, supersede, LiveKeys, Superseded};
+use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::meta::{
-    TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_META, SECTION_PHF, SECTION_SLOTS,
+    IndexFormat, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
 };
 use super::{piece_file_name, piece_garbage, PieceFile, PieceReads, Tph};
 use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
-use crate::phf::{Phf, PhfConfig};
+use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
 use crate::piece::{write_piece_with_sections, AsEntry, EntryRef, PieceOptions};
 
 /// An entry moving into a TPH.
@@ -70,9 +70,6 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) dir: &'a Path,
     pub(crate) reads: &'a PieceReads,
     pub(crate) piece_options: &'a PieceOptions,
-    /// How the global index is built (the pieces' own indexes follow
-    /// `piece_options`).
-    pub(crate) global_phf: &'a PhfConfig,
     pub(crate) sig_bits: u32,
     pub(crate) level: u32,
     pub(crate) partition: u64,
@@ -93,9 +90,9 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) gc_input_bytes: Option<u64>,
     /// File number for the new head piece.
     pub(crate) new_number: u64,
-    /// Key hashes the global index build holds at once (8 bytes each):
-    /// past it the perfect hash is built in several passes over the keys.
-    pub(crate) index_batch_keys: usize,
+    /// Memory the global index build may hold: past it the fuse is built
+    /// in several passes over the keys.
+    pub(crate) index_memory_bytes: usize,
     /// Base pieces a running push-down carries down: kept rather than
     /// folded (see [`pick_victims`]).
     pub(crate) pinned: &'a [u64],
@@ -328,32 +325,6 @@ fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) 
         .clamp(ctx.max_pieces.min(most), most)
 }
 
-/// Marks the base keys `delta` replaces, and returns the base's live counts
-/// per piece without them.
-fn supersede(
-    base: Option<&Tph>,
-    delta: &[DeltaEntry],
-    stats: &mut MergeStats,
-) -> Result<(Superseded, Vec<u64>)> {
-    let mut superseded = Superseded::new(base);
-    let Some(b) = base else {
-        return Ok((superseded, Vec::new()));
-    };
-    let mut live_counts = b.live_counts.clone();
-    for (loc, piece) in base_keys_in(b, delta, stats)? {
-        superseded.mark(loc);
-        live_counts[piece] = live_counts[piece].checked_sub(1).ok_or_else(|| {
-            Error::corruption(
-                format!("live keys of {}", b.pieces[piece].name()),
-                "at least one per key the delta replaces",
-                0,
-            )
-            .at(b.head.name())
-        })?;
-    }
-    Ok((superseded, live_counts))
-}
-
 /// The live entries of the victim pieces that the delta does not replace:
 /// they move into the new piece.
 fn carry_victims(
@@ -370,8 +341,9 @@ fn carry_victims(
             let e = e?;
             let h = key_hash(&e.key);
             let h2 = key_hash2(&e.key);
-            let still_live = route(base, h, h2)
-                .is_some_and(|(loc, piece)| piece == i && !superseded.contains(loc));
+            let still_live = route(base, h, h2).is_some_and(|(exception, piece)| {
+                piece == i && !superseded.contains(piece, exception, h, h2)
+            });
             if still_live {
                 // Copied: a slice would keep the whole read buffer alive
                 // (or, mapped, every page of the victim resident) for as
@@ -458,10 +430,11 @@ fn new_meta(
         )));
     }
     Ok(TphMeta {
+        format: IndexFormat::Fuse,
         level: ctx.level,
         partition: ctx.partition,
         sig_bits: ctx.sig_bits,
-        piece_bits: bits_for(pieces.len() as u64),
+        piece_bits: bits_for(pieces.len() as u64 - 1),
         pieces,
     })
 }
@@ -472,7 +445,7 @@ fn write_head(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
     written: &[DeltaEntry],
-    sections: [(u32, Vec<u8>); 4],
+    sections: [(u32, Vec<u8>); 3],
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
     let hashes: Vec<u64> = written.iter().map(|e| e.h).collect();
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
@@ -490,12 +463,11 @@ fn write_head(
         return Err(e);
     }
     let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.reads)?;
-    let [_, (_, phf), (_, slots), (_, exceptions)] = sections;
-    let index = GlobalIndex::decode(
-        Phf::decode_with(Bytes::from(phf), true)?,
+    let [_, (_, fuse), (_, exceptions)] = sections;
+    let index = GlobalIndex::decode_fuse(
+        Bytes::from(fuse),
         meta.sig_bits,
         meta.piece_bits,
-        Bytes::from(slots),
         &exceptions,
         meta.pieces.len(),
     )?;
@@ -503,42 +475,44 @@ fn write_head(
 }
 
 /// The global index of the merged key set, as head-piece sections in the
-/// order meta, phf, slots, exceptions. The keys are streamed from `live`:
-/// once per batch of the perfect-hash build (the first pass marks which
-/// base entries are live), then once to fill the slots.
+/// order meta, fuse, exceptions. The keys are streamed from `live` once
+/// per batch of the fuse build (the first pass marks which base entries
+/// are live), and once more only if some share a hash.
 fn build_index_sections(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
     live: &mut LiveKeys<'_>,
     stats: &mut MergeStats,
-) -> Result<[(u32, Vec<u8>); 4]> {
-    let built = Phf::build_streamed(
-        ctx.piece_options.phf_kind,
+) -> Result<[(u32, Vec<u8>); 3]> {
+    let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);
+    let built = Fuse::build_streamed(
         live.count(),
-        &mut |f: &mut dyn FnMut(u64)| live.for_each(stats, &mut |h, _, _| f(h)),
-        ctx.global_phf,
-        ctx.index_batch_keys,
+        sig_bits + piece_bits,
+        FUSE_SEED,
+        &mut |f: &mut dyn FnMut(u64, u64)| {
+            live.for_each(stats, &mut |h, _, field| {
+                f(h, signature(h, sig_bits) << piece_bits | (field - 1) as u64)
+            })
+        },
+        (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
     )?;
-    let phf = built.phf;
     // A hash shared by several live keys: every one of them is an exception,
     // so that the exception list alone routes that hash.
-    let mut shared = built.duplicate_hashes;
-    shared.sort_unstable();
-    let mut slots = SlotTable::new(phf.table_size(), meta.sig_bits, meta.piece_bits);
+    let shared = built.duplicate_hashes;
     let mut exceptions = Vec::new();
-    live.for_each(stats, &mut |h, h2, field| {
-        slots.set(phf.slot(h), signature(h, meta.sig_bits), field);
-        if shared.binary_search(&h).is_ok() {
-            exceptions.push(Exception { h, h2, field });
-        }
-    })?;
-    exceptions.sort_unstable();
-    let mut phf_bytes = Vec::new();
-    phf.encode(&mut phf_bytes);
+    if !shared.is_empty() {
+        live.for_each(stats, &mut |h, h2, field| {
+            if shared.binary_search(&h).is_ok() {
+                exceptions.push(Exception { h, h2, field });
+            }
+        })?;
+        exceptions.sort_unstable();
+    }
+    let mut fuse = Vec::new();
+    built.fuse.encode(&mut fuse);
     Ok([
         (SECTION_META, meta.encode()),
-        (SECTION_PHF, phf_bytes),
-        (SECTION_SLOTS, slots.finish()),
+        (SECTION_FUSE, fuse),
         (
             SECTION_EXCEPTIONS,
             GlobalIndex::encode_exceptions(&exceptions),

@@ -7,14 +7,34 @@ pub(crate) const SECTION_META: u32 = 16;
 pub(crate) const SECTION_PHF: u32 = 17;
 pub(crate) const SECTION_SLOTS: u32 = 18;
 pub(crate) const SECTION_EXCEPTIONS: u32 = 20;
+pub(crate) const SECTION_FUSE: u32 = 21;
 
-const META_VERSION: u32 = 1;
+/// The global index a head carries, by its meta section's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IndexFormat {
+    /// Version 1: a perfect hash (section 17) and a slot per table entry
+    /// (section 18), piece fields `i + 1`, 0 empty.
+    Slots,
+    /// Version 2, written since: a fuse storing each live key's field
+    /// (section 21), piece fields `i`.
+    Fuse,
+}
+
+impl IndexFormat {
+    fn version(self) -> u32 {
+        match self {
+            IndexFormat::Slots => 1,
+            IndexFormat::Fuse => 2,
+        }
+    }
+}
 /// The paper allows up to 1024 pieces per TPH.
 pub(crate) const MAX_PIECES: usize = 1024;
 
 /// What a head piece says about its TPH.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TphMeta {
+    pub(crate) format: IndexFormat,
     pub(crate) level: u32,
     pub(crate) partition: u64,
     pub(crate) sig_bits: u32,
@@ -30,7 +50,7 @@ impl TphMeta {
 
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(32 + self.pieces.len() * 16);
-        b.put_u32(META_VERSION);
+        b.put_u32(self.format.version());
         b.put_u32(self.level);
         b.put_u64(self.partition);
         b.put_u32(self.sig_bits);
@@ -45,10 +65,11 @@ impl TphMeta {
 
     pub(crate) fn decode(b: &[u8]) -> Result<TphMeta> {
         let mut d = Decoder::new(b, "tph meta");
-        let version = d.u32()?;
-        if version != META_VERSION {
-            return Err(Error::corruption("tph meta version", META_VERSION, version));
-        }
+        let format = match d.u32()? {
+            1 => IndexFormat::Slots,
+            2 => IndexFormat::Fuse,
+            v => return Err(Error::corruption("tph meta version", "1 or 2", v)),
+        };
         let level = d.u32()?;
         let partition = d.u64()?;
         let sig_bits = d.u32()?;
@@ -67,6 +88,7 @@ impl TphMeta {
         }
         d.finish()?;
         Ok(TphMeta {
+            format,
             level,
             partition,
             sig_bits,

@@ -31,8 +31,8 @@ pub(crate) use merge::{
 };
 
 use self::index::GlobalIndex;
-pub(crate) use self::meta::{TphMeta, MAX_PIECES, SECTION_META};
-use self::meta::{SECTION_EXCEPTIONS, SECTION_PHF, SECTION_SLOTS};
+use self::meta::{IndexFormat, SECTION_EXCEPTIONS, SECTION_PHF, SECTION_SLOTS};
+pub(crate) use self::meta::{TphMeta, MAX_PIECES, SECTION_FUSE, SECTION_META};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenFiles, ReadMode};
 use crate::hash::{key_hash, key_hash2};
@@ -267,25 +267,29 @@ impl Tph {
                     .extra_section(SECTION_META)?
                     .ok_or_else(|| missing("meta"))?,
             )?;
-            let phf = Phf::decode_with(
-                head.extra_section(SECTION_PHF)?
-                    .ok_or_else(|| missing("phf"))?,
-                reads.allow_ptrhash,
-            )?;
-            let slots = head
-                .extra_section(SECTION_SLOTS)?
-                .ok_or_else(|| missing("slots"))?;
             let exceptions = head
                 .extra_section(SECTION_EXCEPTIONS)?
                 .ok_or_else(|| missing("exceptions"))?;
-            let index = GlobalIndex::decode(
-                phf,
-                meta.sig_bits,
-                meta.piece_bits,
-                slots,
-                &exceptions,
-                meta.pieces.len(),
-            )?;
+            let section = |id: u32, name: &str| -> Result<Bytes> {
+                head.extra_section(id)?.ok_or_else(|| missing(name))
+            };
+            let index = match meta.format {
+                IndexFormat::Slots => GlobalIndex::decode_slots(
+                    Phf::decode_with(section(SECTION_PHF, "phf")?, reads.allow_ptrhash)?,
+                    meta.sig_bits,
+                    meta.piece_bits,
+                    section(SECTION_SLOTS, "slots")?,
+                    &exceptions,
+                    meta.pieces.len(),
+                )?,
+                IndexFormat::Fuse => GlobalIndex::decode_fuse(
+                    section(SECTION_FUSE, "fuse")?,
+                    meta.sig_bits,
+                    meta.piece_bits,
+                    &exceptions,
+                    meta.pieces.len(),
+                )?,
+            };
             Ok((meta, index))
         };
         let loaded = load().map_err(|e| e.at(head.name()));
@@ -344,9 +348,20 @@ impl Tph {
         self.index.sig_bits
     }
 
+    /// Bytes of the global index in memory.
     #[cfg(test)]
-    pub(crate) fn global_slots(&self) -> u64 {
-        self.index.phf.table_size() as u64
+    pub(crate) fn global_index_bytes(&self) -> usize {
+        self.index.memory_bytes()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn piece_bits(&self) -> u32 {
+        self.index.piece_bits
+    }
+
+    #[cfg(test)]
+    pub(crate) fn global_index_is_fuse(&self) -> bool {
+        self.index.is_fuse()
     }
 
     pub(crate) fn head_number(&self) -> u64 {

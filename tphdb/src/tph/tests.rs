@@ -51,8 +51,9 @@ impl Harness {
             carried_down: Vec::new(),
             options: PieceOptions {
                 page_size: 256,
-                // Small segments, built a few at a time (index_batch_keys):
-                // global indexes take several passes over the keys.
+                // Small segments; global indexes are built a few chunks at
+                // a time (index_memory_bytes), in several passes over the
+                // keys.
                 phf: crate::phf::PhfConfig {
                     segment_keys: 64,
                     ..crate::phf::PhfConfig::default()
@@ -83,7 +84,6 @@ impl Harness {
             dir: &self.dir,
             reads: &self.reads,
             piece_options: &self.options,
-            global_phf: &self.options.phf,
             sig_bits: 8,
             level: 1,
             partition: 0,
@@ -93,7 +93,7 @@ impl Harness {
             min_live_ratio: 0.2,
             gc_input_bytes: None,
             new_number: self.next_number,
-            index_batch_keys: 128,
+            index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
             pinned: &self.pinned,
             carried_down: &self.carried_down,
         };

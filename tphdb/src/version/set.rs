@@ -446,6 +446,7 @@ fn start_manifest(
 ) -> Result<LogWriter> {
     let mut w = LogWriter::new(fs.create(file)?, 0);
     let mut edit = version.snapshot_edit();
+    edit.format = Some(super::edit::FORMAT_VERSION);
     edit.next_file = Some(next_file);
     edit.log_number = Some(log_number);
     edit.last_seq = Some(last_seq);

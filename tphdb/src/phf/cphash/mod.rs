@@ -23,8 +23,6 @@
 mod build;
 mod search;
 
-pub(crate) use build::HashSource;
-
 use super::{seal, unseal, Built, PerfectHash, PhfConfig};
 use crate::error::{Error, Result};
 use crate::util::codec::{u32_at, Decoder, PutExt};
@@ -240,23 +238,6 @@ impl Shape {
 }
 
 impl CpHash {
-    /// Builds over the `n` hashes `source` yields (on every call, in the
-    /// same order), holding about `batch_keys` of them at once: a pass over
-    /// the source per batch of segments. The same function as
-    /// [`PerfectHash::build`] over those hashes.
-    pub(crate) fn build_streamed(
-        n: u64,
-        source: &mut build::HashSource<'_>,
-        config: &PhfConfig,
-        batch_keys: usize,
-    ) -> Result<Built<Self>> {
-        config.validate()?;
-        Self::assemble(
-            build::build_streamed(n, source, config, batch_keys)?,
-            config,
-        )
-    }
-
     fn assemble(out: build::BuildOutput, config: &PhfConfig) -> Result<Built<Self>> {
         let phf = CpHash::from_parts(
             out.n,

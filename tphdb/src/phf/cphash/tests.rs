@@ -91,68 +91,6 @@ fn million_keys_in_parallel_and_sequentially_agree() {
 /// source, is the same function as a build over all the hashes at once,
 /// repeated hashes included.
 #[test]
-fn streamed_builds_in_batches_equal_the_build_in_memory() {
-    for (n, batch) in [
-        (0usize, 10),
-        (1, 10),
-        (1000, 1),
-        (200_000, 1 << 16),
-        (200_000, 1 << 30),
-    ] {
-        let mut hashes = random_hashes(n, n as u64);
-        if n > 10 {
-            hashes[7] = hashes[3];
-            hashes[n - 1] = hashes[3];
-            hashes[n - 2] = hashes[5];
-        }
-        let cfg = PhfConfig {
-            segment_keys: 1 << 14,
-            ..config(1.1)
-        };
-        let whole = CpHash::build(&hashes, &cfg).unwrap();
-        let mut passes = 0;
-        let streamed = CpHash::build_streamed(
-            n as u64,
-            &mut |f: &mut dyn FnMut(u64)| {
-                passes += 1;
-                hashes.iter().for_each(|&h| f(h));
-                Ok(())
-            },
-            &cfg,
-            batch,
-        )
-        .unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        whole.phf.encode(&mut a);
-        streamed.phf.encode(&mut b);
-        assert!(a == b, "{n} keys in batches of {batch}");
-        let mut dup = streamed.duplicate_hashes.clone();
-        dup.sort_unstable();
-        let mut want = whole.duplicate_hashes.clone();
-        want.sort_unstable();
-        assert_eq!(dup, want);
-        let segments = n.div_ceil(1 << 14);
-        let batches = segments.div_ceil((batch >> 14).max(1));
-        assert_eq!(
-            passes,
-            batches + usize::from(!want.is_empty()),
-            "{n} in {batch}"
-        );
-    }
-    // A source that yields fewer hashes than promised is refused.
-    let r = CpHash::build_streamed(
-        5,
-        &mut |f: &mut dyn FnMut(u64)| {
-            f(1);
-            Ok(())
-        },
-        &config(1.1),
-        10,
-    );
-    assert!(r.is_err());
-}
-
-#[test]
 fn repeated_hashes_are_reported_and_the_rest_is_perfect() {
     let mut hashes = random_hashes(10_000, 3);
     let repeated = [hashes[5], hashes[77], hashes[9000]];

@@ -1,0 +1,167 @@
+//! Fuse builds, lookups and the decoder against damage.
+use super::*;
+
+fn pairs(n: u64, bits: u32, salt: u64) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|i| {
+            let h = mix64(i, salt);
+            (h, mix64(h, 7) & ((1 << bits) - 1))
+        })
+        .collect()
+}
+
+#[test]
+fn every_key_gets_its_value() {
+    for n in [0u64, 1, 2, 3, 4, 5, 10, 100, 1000, 10_000, 300_000] {
+        for bits in [1, 12, 56] {
+            let p = pairs(n, bits, n);
+            let b = Fuse::build(&p, bits, 1).unwrap();
+            assert!(b.duplicate_hashes.is_empty());
+            assert_eq!(b.fuse.len(), n);
+            for &(h, v) in &p {
+                assert_eq!(b.fuse.get(h), v, "n {n} bits {bits}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fuse_of_chunks_near_the_largest_takes_about_1_1_cells_a_key() {
+    let p = pairs(1_000_000, 12, 3);
+    let f = Fuse::build(&p, 12, 1).unwrap().fuse;
+    assert_eq!(f.chunks.len(), 4);
+    let bits_per_key = f.memory_bytes() as f64 * 8.0 / 1e6;
+    assert!(bits_per_key < 12.0 * 1.11, "{bits_per_key} bits a key");
+    let p = pairs(100_000, 12, 3);
+    let f = Fuse::build(&p, 12, 1).unwrap().fuse;
+    let bits_per_key = f.memory_bytes() as f64 * 8.0 / 1e5;
+    assert!(bits_per_key < 12.0 * 1.14, "{bits_per_key} bits a key");
+}
+
+#[test]
+fn repeated_hashes_are_reported_and_the_rest_still_map() {
+    let mut p = pairs(5000, 10, 9);
+    p.push((p[10].0, 3));
+    p.push((p[20].0, 4));
+    p.push((p[20].0, 5));
+    let b = Fuse::build(&p, 10, 1).unwrap();
+    let mut want = vec![p[10].0, p[20].0];
+    want.sort_unstable();
+    assert_eq!(b.duplicate_hashes, want);
+    assert_eq!(b.fuse.len(), 5000);
+    for &(h, v) in &p[..5000] {
+        if !want.contains(&h) {
+            assert_eq!(b.fuse.get(h), v);
+        }
+    }
+}
+
+#[test]
+fn a_batched_build_holds_chunks_and_gives_every_value() {
+    let p = pairs(50_000, 13, 5);
+    let batched = Fuse::build_streamed(
+        p.len() as u64,
+        13,
+        1,
+        &mut |f: &mut dyn FnMut(u64, u64)| {
+            p.iter().for_each(|&(h, v)| f(h, v));
+            Ok(())
+        },
+        4000,
+    )
+    .unwrap()
+    .fuse;
+    assert!(
+        batched.chunks.len() >= 12,
+        "{} chunks",
+        batched.chunks.len()
+    );
+    for &(h, v) in &p {
+        assert_eq!(batched.get(h), v);
+    }
+}
+
+#[test]
+fn a_source_that_disagrees_with_its_count_is_refused() {
+    let p = pairs(100, 8, 1);
+    let mut src = |f: &mut dyn FnMut(u64, u64)| {
+        p.iter().for_each(|&(h, v)| f(h, v));
+        Ok(())
+    };
+    assert!(Fuse::build_streamed(101, 8, 1, &mut src, 1000).is_err());
+    assert!(Fuse::build_streamed(100, 7, 1, &mut src, 1000).is_err());
+}
+
+#[test]
+fn it_round_trips_and_rejects_damage_without_panicking() {
+    let p = pairs(3000, 11, 2);
+    let f = Fuse::build(&p, 11, 1).unwrap().fuse;
+    let mut enc = Vec::new();
+    f.encode(&mut enc);
+    let back = Fuse::decode(Bytes::from(enc.clone())).unwrap();
+    for &(h, v) in &p {
+        assert_eq!(back.get(h), v);
+    }
+    for len in 0..enc.len() {
+        assert!(Fuse::decode(Bytes::copy_from_slice(&enc[..len])).is_err());
+    }
+    // A damaged header is refused or, if consistent, still only reads
+    // inside its cells.
+    for at in 0..40.min(enc.len()) {
+        let mut bad = enc.clone();
+        bad[at] ^= 0x5a;
+        if let Ok(f) = Fuse::decode(Bytes::from(bad)) {
+            for &(h, _) in p.iter().take(100) {
+                f.get(h);
+            }
+        }
+    }
+    let mut empty = Vec::new();
+    Fuse::build(&[], 9, 1).unwrap().fuse.encode(&mut empty);
+    let e = Fuse::decode(Bytes::from(empty)).unwrap();
+    assert_eq!(e.get(12345), 0);
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    /// Any multiset of hashes, values of any width, built whole or in
+    /// batches: every hash given once gets its value back, and the ones
+    /// given more than once are exactly the duplicates reported.
+    #[test]
+    fn every_distinct_hash_gets_its_value(
+        hashes in proptest::collection::vec(0u64..5000, 0..3000),
+        bits in 1u32..=56,
+        batch in 1usize..4000,
+    ) {
+        use std::collections::BTreeMap;
+        let mask = (1u64 << bits) - 1;
+        let pairs: Vec<(u64, u64)> = hashes
+            .iter()
+            .map(|&h| (mix64(h, 3), mix64(h, 4) & mask))
+            .collect();
+        let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+        for &(h, _) in &pairs {
+            *seen.entry(h).or_default() += 1;
+        }
+        let built = Fuse::build_streamed(
+            pairs.len() as u64,
+            bits,
+            9,
+            &mut |f: &mut dyn FnMut(u64, u64)| {
+                pairs.iter().for_each(|&(h, v)| f(h, v));
+                Ok(())
+            },
+            batch,
+        )
+        .unwrap();
+        let repeated: Vec<u64> = seen.iter().filter(|e| *e.1 > 1).map(|e| *e.0).collect();
+        prop_assert_eq!(&built.duplicate_hashes, &repeated);
+        prop_assert_eq!(built.fuse.len(), seen.len() as u64);
+        for &(h, v) in &pairs {
+            if seen[&h] == 1 {
+                prop_assert_eq!(built.fuse.get(h), v);
+            }
+        }
+    }
+}
