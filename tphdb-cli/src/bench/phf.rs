@@ -128,11 +128,9 @@ fn build(
             Box::new(Fmph(ph::fmph::Function::from_slice_with_conf(keys, conf)))
         }
         "fuse" => {
-            let pairs: Vec<(u64, u64)> = keys
-                .iter()
-                .map(|&k| (k, fuse_value(k, value_bits)))
-                .collect();
-            let b = Fuse::build(&pairs, value_bits, cfg.seed).map_err(|e| format!("fuse: {e}"))?;
+            let value = |k: u64| fuse_value(k, value_bits);
+            let b = Fuse::build_with(keys, value_bits, cfg.seed, &value)
+                .map_err(|e| format!("fuse: {e}"))?;
             Box::new(FuseIndex(b.fuse))
         }
         other => return Err(format!("unknown phf engine {other:?}")),

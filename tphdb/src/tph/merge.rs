@@ -489,11 +489,8 @@ fn build_index_sections(
         live.count(),
         sig_bits + piece_bits,
         FUSE_SEED,
-        &mut |f: &mut dyn FnMut(u64, u64)| {
-            live.for_each(stats, &mut |h, _, field| {
-                f(h, signature(h, sig_bits) << piece_bits | (field - 1) as u64)
-            })
-        },
+        &mut |f: &mut dyn FnMut(u64, u32)| live.for_each(stats, &mut |h, _, field| f(h, field - 1)),
+        &|h, piece| signature(h, sig_bits) << piece_bits | u64::from(piece),
         (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
     )?;
     // A hash shared by several live keys: every one of them is an exception,

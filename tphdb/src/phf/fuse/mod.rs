@@ -36,17 +36,21 @@ const MAX_ATTEMPTS: u64 = 64;
 /// fuse`). Chunks also build in parallel.
 pub const MAX_CHUNK_KEYS: u64 = 1 << 18;
 /// Memory a build holds per key of the chunks it is building, at most: the
-/// key (16 bytes, twice while it is sorted), then beside it a count and an
-/// xor per cell (8 bytes, 1.1 to 1.2 cells a key), the peeling stack and
-/// queue (4 to 8 bytes each).
-pub const BUILD_BYTES_PER_KEY: usize = 40;
+/// hash and its tag (12 bytes), and while a chunk is built, a count and an
+/// xor per cell (8 bytes, 1.1 to 1.2 cells a key) and the peeling queue,
+/// then the cells (8 bytes each), and the peeling stack (8).
+pub const BUILD_BYTES_PER_KEY: usize = 32;
 const SECTION_VERSION: u32 = 1;
 /// Bytes of a chunk's header on disk: seed, segment count, log2 segment.
 const CHUNK_BYTES: usize = 16;
 
-/// `(hash, value)` pairs to build over, yielded to the callback; a source
-/// is called once per batch and must yield the same pairs each time.
-pub(crate) type ValueSource<'a> = dyn FnMut(&mut dyn FnMut(u64, u64)) -> Result<()> + 'a;
+/// `(hash, tag)` pairs to build over, yielded to the callback; a source is
+/// called once per batch and must yield the same pairs each time. A key's
+/// value is computed from its pair only if it is in the batch.
+pub(crate) type TagSource<'a> = dyn FnMut(&mut dyn FnMut(u64, u32)) -> Result<()> + 'a;
+
+/// A key's value from its hash and tag.
+pub(crate) type ValueOf<'a> = dyn Fn(u64, u32) -> u64 + Sync + 'a;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Chunk {
@@ -165,28 +169,58 @@ impl Fuse {
 
     /// Builds over `pairs` (hash, value), values below `2^value_bits`.
     pub fn build(pairs: &[(u64, u64)], value_bits: u32, seed: u64) -> Result<BuiltFuse> {
+        let mask = (1u64 << value_bits.min(63)) - 1;
+        if pairs.len() > u32::MAX as usize || pairs.iter().any(|p| p.1 > mask) {
+            return Err(Error::InvalidArgument(format!(
+                "a fuse over {} pairs with values above {value_bits} bits",
+                pairs.len()
+            )));
+        }
         Self::build_streamed(
             pairs.len() as u64,
             value_bits,
             seed,
-            &mut |f: &mut dyn FnMut(u64, u64)| {
-                for &(h, v) in pairs {
-                    f(h, v);
+            &mut |f: &mut dyn FnMut(u64, u32)| {
+                for (i, &(h, _)) in pairs.iter().enumerate() {
+                    f(h, i as u32);
                 }
                 Ok(())
             },
+            &|_, i| pairs[i as usize].1,
             usize::MAX,
         )
     }
 
-    /// Builds over the `n` pairs `source` yields, holding the chunks of
-    /// about `batch_keys` keys at a time: `source` is called once per batch.
+    /// Builds over distinct `hashes`, storing `value(h)` for each.
+    pub fn build_with(
+        hashes: &[u64],
+        value_bits: u32,
+        seed: u64,
+        value: &(dyn Fn(u64) -> u64 + Sync),
+    ) -> Result<BuiltFuse> {
+        Self::build_streamed(
+            hashes.len() as u64,
+            value_bits,
+            seed,
+            &mut |f: &mut dyn FnMut(u64, u32)| {
+                hashes.iter().for_each(|&h| f(h, 0));
+                Ok(())
+            },
+            &|h, _| value(h),
+            usize::MAX,
+        )
+    }
+
+    /// Builds over the `n` pairs `source` yields, storing `value(h, tag)`
+    /// for each (below `2^value_bits`), holding the chunks of about
+    /// `batch_keys` keys at a time: `source` is called once per batch.
     /// Deterministic given the seed and the batch size.
     pub(crate) fn build_streamed(
         n: u64,
         value_bits: u32,
         seed: u64,
-        source: &mut ValueSource<'_>,
+        source: &mut TagSource<'_>,
+        value: &ValueOf<'_>,
         batch_keys: usize,
     ) -> Result<BuiltFuse> {
         if !(1..=56).contains(&value_bits) {
@@ -204,7 +238,6 @@ impl Fuse {
         // ones that get more.
         let per_chunk = n / chunk_count.max(1) + 1;
         let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
-        let value_mask = (1u64 << value_bits) - 1;
         let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
         let mut cells = Packed::new(value_bits);
         let mut duplicate_hashes = Vec::new();
@@ -212,35 +245,40 @@ impl Fuse {
         let mut first = 0u64;
         while first < chunk_count {
             let end = (first + per_batch).min(chunk_count);
-            let mut batch: Vec<Vec<(u64, u64)>> = (first..end)
-                .map(|_| Vec::with_capacity((per_chunk + per_chunk / 16) as usize))
+            let capacity = (per_chunk + per_chunk / 16) as usize;
+            let mut batch: Vec<Keys> = (first..end)
+                .map(|_| Keys {
+                    hashes: Vec::with_capacity(capacity),
+                    tags: Vec::with_capacity(capacity),
+                })
                 .collect();
             let mut seen = 0u64;
-            let mut too_wide = false;
-            source(&mut |h, v| {
+            source(&mut |h, tag| {
                 seen += 1;
-                too_wide |= v > value_mask;
                 let c = mul_high(mix64(h, seed), chunk_count);
                 if (first..end).contains(&c) {
-                    batch[(c - first) as usize].push((h, v));
+                    let keys = &mut batch[(c - first) as usize];
+                    keys.hashes.push(h);
+                    keys.tags.push(tag);
                 }
             })?;
-            if seen != n || too_wide {
+            if seen != n {
                 return Err(Error::InvalidArgument(format!(
-                    "a fuse build expected {n} pairs of {value_bits}-bit values, its source gave {seen}{}",
-                    if too_wide { " and a wider value" } else { "" }
+                    "a fuse build expected {n} pairs, its source gave {seen}"
                 )));
             }
             let built: Vec<Result<BuiltChunk>> = batch
                 .into_par_iter()
                 .enumerate()
-                .map(|(i, pairs)| build_chunk(pairs, mix64(seed, first + i as u64 + 1)))
+                .map(|(i, keys)| {
+                    build_chunk(keys, value_bits, value, mix64(seed, first + i as u64 + 1))
+                })
                 .collect();
             for b in built {
                 let mut b = b?;
                 b.chunk.offset = chunks.last().map_or(0, |c| c.offset + c.cells());
+                b.cells.iter().for_each(|&v| cells.push(v));
                 chunks.push(b.chunk);
-                b.values.iter().for_each(|&v| cells.push(v));
                 duplicate_hashes.extend(b.duplicates);
                 keys += b.keys;
             }
@@ -373,71 +411,96 @@ impl Packed {
     }
 }
 
+/// The keys of a chunk: hashes and their tags.
+struct Keys {
+    hashes: Vec<u64>,
+    tags: Vec<u32>,
+}
+
 /// A chunk built.
 struct BuiltChunk {
     /// Its header, offset left 0.
     chunk: Chunk,
-    /// Its cells.
-    values: Vec<u64>,
+    cells: Vec<u64>,
     /// Hashes it was given more than once.
     duplicates: Vec<u64>,
     /// Distinct hashes.
     keys: u64,
 }
 
-/// Builds one chunk over `pairs` (hash, value), trying seeds until its
-/// hypergraph peels.
-fn build_chunk(mut pairs: Vec<(u64, u64)>, base_seed: u64) -> Result<BuiltChunk> {
+/// Builds one chunk over `keys`, trying seeds until its hypergraph peels.
+fn build_chunk(
+    mut keys: Keys,
+    value_bits: u32,
+    value: &ValueOf<'_>,
+    base_seed: u64,
+) -> Result<BuiltChunk> {
     let mut duplicates = Vec::new();
     let mut deduplicated = false;
     for attempt in 0..MAX_ATTEMPTS {
-        let (log2_segment, segment_count) = layout(pairs.len() as u64);
+        let (log2_segment, segment_count) = layout(keys.hashes.len() as u64);
         let chunk = Chunk {
             offset: 0,
             seed: mix64(base_seed, attempt),
             log2_segment,
             segment_count,
         };
-        pairs = by_first_cell(pairs, &chunk);
-        if let Some(values) = peel(&pairs, &chunk) {
+        sort_by_first_cell(&mut keys, &chunk);
+        if let Some(cells) = peel(&keys, &chunk, value_bits, value) {
             return Ok(BuiltChunk {
                 chunk,
-                values,
+                cells,
                 duplicates,
-                keys: pairs.len() as u64,
+                keys: keys.hashes.len() as u64,
             });
         }
         // Equal hashes share their four cells and never peel: take them out
         // once, then retry with other seeds.
         if !deduplicated {
             deduplicated = true;
-            pairs.sort_unstable_by_key(|p| p.0);
-            let mut last = None;
-            for w in pairs.windows(2) {
-                if w[0].0 == w[1].0 && last != Some(w[0].0) {
-                    duplicates.push(w[0].0);
-                    last = Some(w[0].0);
-                }
-            }
-            pairs.dedup_by_key(|p| p.0);
+            duplicates = deduplicate(&mut keys);
         }
     }
     Err(Error::Internal(format!(
         "no fuse over {} keys after {MAX_ATTEMPTS} seeds",
-        pairs.len()
+        keys.hashes.len()
     )))
 }
 
-/// Peels the 4-hypergraph of `sorted` under `chunk`'s seed and assigns the
+/// Keeps the first key of each hash; returns the hashes that had more.
+fn deduplicate(keys: &mut Keys) -> Vec<u64> {
+    let mut order: Vec<u32> = (0..keys.hashes.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| keys.hashes[i as usize]);
+    let mut duplicates = Vec::new();
+    let mut kept = Keys {
+        hashes: Vec::with_capacity(keys.hashes.len()),
+        tags: Vec::with_capacity(keys.hashes.len()),
+    };
+    for (j, &i) in order.iter().enumerate() {
+        let h = keys.hashes[i as usize];
+        if j > 0 && keys.hashes[order[j - 1] as usize] == h {
+            if duplicates.last() != Some(&h) {
+                duplicates.push(h);
+            }
+            continue;
+        }
+        kept.hashes.push(h);
+        kept.tags.push(keys.tags[i as usize]);
+    }
+    *keys = kept;
+    duplicates
+}
+
+/// Peels the 4-hypergraph of `keys` under `chunk`'s seed and assigns the
 /// cells; `None` if it does not peel whole. Peeling keeps 8 bytes a cell,
-/// the keys left in it and the xor of their indexes into `sorted`, so that
+/// the keys left in it and the xor of their indexes into `keys`, so that
 /// the table stays near the CPU's cache; the keys come in the order of
-/// their first cell ([`by_first_cell`]), which sweeps the table nearly in
-/// order instead of jumping through it.
-fn peel(sorted: &[(u64, u64)], chunk: &Chunk) -> Option<Vec<u64>> {
+/// their first cell ([`sort_by_first_cell`]), which sweeps the table
+/// nearly in order instead of jumping through it.
+fn peel(keys: &Keys, chunk: &Chunk, value_bits: u32, value: &ValueOf<'_>) -> Option<Vec<u64>> {
     let cells = chunk.cells() as usize;
     let mut count = vec![(0u32, 0u32); cells];
-    for (i, &(h, _)) in sorted.iter().enumerate() {
+    for (i, &h) in keys.hashes.iter().enumerate() {
         for p in chunk.positions(h) {
             let c = &mut count[p as usize];
             c.0 += 1;
@@ -448,7 +511,7 @@ fn peel(sorted: &[(u64, u64)], chunk: &Chunk) -> Option<Vec<u64>> {
         .filter(|&c| count[c as usize].0 == 1)
         .collect();
     // (cell, key) in peeling order.
-    let mut stack: Vec<(u32, u32)> = Vec::with_capacity(sorted.len());
+    let mut stack: Vec<(u32, u32)> = Vec::with_capacity(keys.hashes.len());
     while let Some(c) = queue.pop() {
         let c = c as usize;
         if count[c].0 != 1 {
@@ -457,7 +520,7 @@ fn peel(sorted: &[(u64, u64)], chunk: &Chunk) -> Option<Vec<u64>> {
         let key = count[c].1;
         stack.push((c as u32, key));
         count[c].0 = 0;
-        for p in chunk.positions(sorted[key as usize].0) {
+        for p in chunk.positions(keys.hashes[key as usize]) {
             let p = p as usize;
             if p != c {
                 let cell = &mut count[p];
@@ -469,44 +532,57 @@ fn peel(sorted: &[(u64, u64)], chunk: &Chunk) -> Option<Vec<u64>> {
             }
         }
     }
-    if stack.len() != sorted.len() {
+    if stack.len() != keys.hashes.len() {
         return None;
     }
-    drop(count);
+    drop((queue, count));
     // In reverse peeling order, a key's other cells are final: either
     // peeled later (assigned already) or left with no key (0). The cell it
     // was peeled from takes the xor that makes the four cells give its
     // value.
-    let mut values = vec![0u64; cells];
+    let mut out = vec![0u64; cells];
+    let mask = (1u64 << value_bits) - 1;
     for &(c, key) in stack.iter().rev() {
-        let (h, mut v) = sorted[key as usize];
+        let h = keys.hashes[key as usize];
+        let mut v = value(h, keys.tags[key as usize]);
+        debug_assert!(v <= mask, "a fuse value wider than {value_bits} bits");
         for p in chunk.positions(h) {
             if p != c as u64 {
-                v ^= values[p as usize];
+                v ^= out[p as usize];
             }
         }
-        values[c as usize] = v;
+        out[c as usize] = v & mask;
     }
-    Some(values)
+    Some(out)
 }
 
-/// `pairs` sorted by the segment of their first cell (a counting sort).
-fn by_first_cell(pairs: Vec<(u64, u64)>, chunk: &Chunk) -> Vec<(u64, u64)> {
+/// Sorts `keys` in place by the segment of their first cell (American flag
+/// sort: a count per segment, then cycles of swaps).
+fn sort_by_first_cell(keys: &mut Keys, chunk: &Chunk) {
     let segment = |h: u64| (chunk.positions(h)[0] >> chunk.log2_segment) as usize;
-    let mut starts = vec![0usize; chunk.segment_count as usize + 1];
-    for &(h, _) in &pairs {
-        starts[segment(h) + 1] += 1;
+    let segments = chunk.segment_count as usize;
+    let mut next = vec![0usize; segments + 1];
+    for &h in &keys.hashes {
+        next[segment(h) + 1] += 1;
     }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
+    for i in 1..next.len() {
+        next[i] += next[i - 1];
     }
-    let mut out = vec![(0, 0); pairs.len()];
-    for (h, v) in pairs {
-        let at = &mut starts[segment(h)];
-        out[*at] = (h, v);
-        *at += 1;
+    let ends: Vec<usize> = next[1..].to_vec();
+    for s in 0..segments {
+        while next[s] < ends[s] {
+            let i = next[s];
+            let t = segment(keys.hashes[i]);
+            if t == s {
+                next[s] += 1;
+            } else {
+                let j = next[t];
+                keys.hashes.swap(i, j);
+                keys.tags.swap(i, j);
+                next[t] += 1;
+            }
+        }
     }
-    out
 }
 
 #[cfg(test)]

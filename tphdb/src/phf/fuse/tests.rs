@@ -63,10 +63,11 @@ fn a_batched_build_holds_chunks_and_gives_every_value() {
         p.len() as u64,
         13,
         1,
-        &mut |f: &mut dyn FnMut(u64, u64)| {
-            p.iter().for_each(|&(h, v)| f(h, v));
+        &mut |f: &mut dyn FnMut(u64, u32)| {
+            (0..p.len()).for_each(|i| f(p[i].0, i as u32));
             Ok(())
         },
+        &|_, i| p[i as usize].1,
         4000,
     )
     .unwrap()
@@ -82,14 +83,15 @@ fn a_batched_build_holds_chunks_and_gives_every_value() {
 }
 
 #[test]
-fn a_source_that_disagrees_with_its_count_is_refused() {
+fn a_source_that_disagrees_with_its_count_or_width_is_refused() {
     let p = pairs(100, 8, 1);
-    let mut src = |f: &mut dyn FnMut(u64, u64)| {
-        p.iter().for_each(|&(h, v)| f(h, v));
+    let mut src = |f: &mut dyn FnMut(u64, u32)| {
+        (0..p.len()).for_each(|i| f(p[i].0, i as u32));
         Ok(())
     };
-    assert!(Fuse::build_streamed(101, 8, 1, &mut src, 1000).is_err());
-    assert!(Fuse::build_streamed(100, 7, 1, &mut src, 1000).is_err());
+    assert!(Fuse::build_streamed(101, 8, 1, &mut src, &|_, _| 0, 1000).is_err());
+    assert!(Fuse::build_streamed(100, 57, 1, &mut src, &|_, _| 0, 1000).is_err());
+    assert!(Fuse::build(&p, 7, 1).is_err());
 }
 
 #[test]
@@ -148,10 +150,11 @@ proptest! {
             pairs.len() as u64,
             bits,
             9,
-            &mut |f: &mut dyn FnMut(u64, u64)| {
-                pairs.iter().for_each(|&(h, v)| f(h, v));
+            &mut |f: &mut dyn FnMut(u64, u32)| {
+                (0..pairs.len()).for_each(|i| f(pairs[i].0, i as u32));
                 Ok(())
             },
+            &|_, i| pairs[i as usize].1,
             batch,
         )
         .unwrap();
