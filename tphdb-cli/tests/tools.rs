@@ -168,7 +168,10 @@ fn get_put_delete_and_scan_from_the_shell() {
         "manifest",
         files("MANIFEST")[0].to_str().unwrap(),
     ]);
-    assert!(manifest.starts_with("edit 0: layout fanout"), "{manifest}");
+    assert!(
+        manifest.starts_with("edit 0: format 2, layout fanout"),
+        "{manifest}"
+    );
     assert!(manifest.contains("clean end"), "{manifest}");
     // Only `put` and `load` create a database.
     let absent = dir.path().join("absent");

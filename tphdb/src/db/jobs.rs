@@ -399,6 +399,13 @@ impl Inner {
             new_number: number,
             // The other half of the job's share.
             index_memory_bytes: (self.opts.job_memory_bytes() / 2).max(1) as usize,
+            hashes: match level {
+                0 => 0..=u64::MAX,
+                _ => {
+                    let partitions = u64::from(self.opts.fanout).saturating_pow(level);
+                    crate::hash::hashes_of_partitions(partition..partition + 1, partitions)
+                }
+            },
             pinned: &[],
             carried_down: &[],
         }

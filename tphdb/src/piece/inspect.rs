@@ -71,8 +71,9 @@ impl PieceReader {
                 let fuse = crate::phf::fuse::Fuse::decode(fuse)?;
                 let _ = writeln!(
                     w,
-                    "global index: fuse over {} keys, {}-bit fields, {} bytes in memory \
-                     ({:.2} bits per key)",
+                    "global index: fuse (section version {}) over {} keys, {}-bit fields, \
+                     {} bytes in memory ({:.2} bits per key)",
+                    fuse.section_version(),
                     fuse.len(),
                     fuse.value_bits(),
                     fuse.memory_bytes(),

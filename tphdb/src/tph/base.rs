@@ -3,6 +3,7 @@
 //! remaining pieces hold, and the merged TPH's live keys, all streamed from
 //! the pieces' key-hash sections.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use super::merge::DeltaEntry;
@@ -176,13 +177,12 @@ pub(super) fn held_hashes(
 
 /// Every live key of the merged TPH, for building its global index: the
 /// base's live keys that stay in their (renumbered) pieces, then the keys
-/// the new piece writes. The base keys are streamed from the pieces' key
-/// hashes each time; which of them are live is decided on the first pass,
-/// by routing each through the base index, and kept as one bit per entry
-/// of the remaining pieces for the later ones. The index build streams the
-/// keys once per batch of its perfect hash and once more to fill the
-/// slots: routing each time (a random access into the base's slots per
-/// key) made those passes a tenth of a write-heavy server's CPU.
+/// the new piece writes. The index is built in passes over intervals of
+/// hashes; each pass streams the pieces' key hashes and routes only the
+/// keys in its interval through the base index (a few random accesses a
+/// key), so that passes over disjoint intervals route each key once.
+/// Routing every key in every pass made the passes a tenth of a
+/// write-heavy server's CPU.
 pub(super) struct LiveKeys<'a> {
     pub(super) base: Option<&'a Tph>,
     pub(super) superseded: &'a Superseded,
@@ -190,9 +190,8 @@ pub(super) struct LiveKeys<'a> {
     pub(super) remaining: &'a [usize],
     pub(super) live_counts: &'a [u64],
     pub(super) written: &'a [DeltaEntry],
-    /// Per remaining piece already streamed, whether each entry of its
-    /// key-hash section is live.
-    pub(super) marks: Vec<Bits>,
+    /// Live keys found in each remaining piece by the passes so far.
+    pub(super) found: Vec<u64>,
 }
 
 impl LiveKeys<'_> {
@@ -204,36 +203,29 @@ impl LiveKeys<'_> {
             + self.written.len() as u64
     }
 
-    /// Calls `f(h, h2, field)` for every live key, `field` being its piece
-    /// in the new TPH plus one. The first call marks the live entries and
-    /// checks the live counts of the base pieces.
-    pub(super) fn for_each(
+    /// Calls `f(h, h2, field)` for every live key whose hash lies in
+    /// `hashes`, `field` being its piece in the new TPH plus one, and
+    /// counts them per piece for [`LiveKeys::check_counts`].
+    pub(super) fn for_each_in(
         &mut self,
+        hashes: RangeInclusive<u64>,
         stats: &mut MergeStats,
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()> {
+        self.found.resize(self.remaining.len(), 0);
         if let Some(base) = self.base {
             for (j, &i) in self.remaining.iter().enumerate() {
                 let piece = &base.pieces[i];
-                let entries = piece.properties().entry_count;
-                stats.hash_bytes_read += entries * 16;
+                stats.hash_bytes_read += piece.properties().entry_count * 16;
                 let field = j as u32 + 1;
-                let mut at = 0usize;
-                if let Some(marks) = self.marks.get(j) {
-                    piece.for_each_key_hash(|h, h2| {
-                        if marks.get(at) {
-                            f(h, h2, field);
-                        }
-                        at += 1;
-                    })?;
-                    continue;
-                }
-                let mut marks = Bits::new(entries as usize);
                 let mut live = 0u64;
                 // The piece's replaced keys, in the order of its hashes.
                 let replaced = &self.superseded.by_piece[i];
-                let mut next = 0;
+                let mut next = replaced.partition_point(|&(h, _)| h < *hashes.start());
                 piece.for_each_key_hash(|h, h2| {
+                    if !hashes.contains(&h) {
+                        return;
+                    }
                     if let Some((exception, p)) = route(base, h, h2) {
                         let is_replaced = match exception {
                             Some(x) => self.superseded.exceptions.get(x),
@@ -246,26 +238,37 @@ impl LiveKeys<'_> {
                         };
                         if p == i && !is_replaced {
                             live += 1;
-                            marks.set(at);
                             f(h, h2, field);
                         }
                     }
-                    at += 1;
                 })?;
-                if live != self.live_counts[i] {
-                    return Err(Error::corruption(
-                        format!("live keys of {}", piece.name()),
-                        self.live_counts[i],
-                        live,
-                    )
-                    .at(base.head.name()));
-                }
-                self.marks.push(marks);
+                self.found[j] += live;
             }
         }
         let new_field = self.remaining.len() as u32 + 1;
-        for e in self.written {
+        for e in self.written.iter().filter(|e| hashes.contains(&e.h)) {
             f(e.h, e.h2, new_field);
+        }
+        Ok(())
+    }
+
+    /// Checks that the passes since the last check found each remaining
+    /// piece's live count (they covered every hash once), and starts over.
+    pub(super) fn check_counts(&mut self) -> Result<()> {
+        let found = std::mem::take(&mut self.found);
+        let Some(base) = self.base else {
+            return Ok(());
+        };
+        for (j, &i) in self.remaining.iter().enumerate() {
+            let live = found.get(j).copied().unwrap_or(0);
+            if live != self.live_counts[i] {
+                return Err(Error::corruption(
+                    format!("live keys of {}", base.pieces[i].name()),
+                    self.live_counts[i],
+                    live,
+                )
+                .at(base.head.name()));
+            }
         }
         Ok(())
     }

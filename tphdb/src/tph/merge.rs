@@ -6,6 +6,7 @@
 //! live keys are dropped; when the TPH would exceed `max_pieces` (or a piece
 //! is mostly dead), the cheapest pieces are folded into the new piece (GC).
 
+use std::ops::RangeInclusive;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -93,6 +94,9 @@ pub(crate) struct MergeContext<'a> {
     /// Memory the global index build may hold: past it the fuse is built
     /// in several passes over the keys.
     pub(crate) index_memory_bytes: usize,
+    /// The hashes the TPH's keys come from (its partition's; all at level
+    /// 0): the global index's chunks divide them evenly.
+    pub(crate) hashes: RangeInclusive<u64>,
     /// Base pieces a running push-down carries down: kept rather than
     /// folded (see [`pick_victims`]).
     pub(crate) pinned: &'a [u64],
@@ -246,7 +250,7 @@ pub(crate) fn merge(
         remaining: &remaining,
         live_counts: &live_counts,
         written: &written,
-        marks: Vec::new(),
+        found: Vec::new(),
     };
     if live.count() == 0 {
         return Ok(MergeOutcome::Emptied { obsolete, stats });
@@ -489,20 +493,25 @@ fn build_index_sections(
         live.count(),
         sig_bits + piece_bits,
         FUSE_SEED,
-        &mut |f: &mut dyn FnMut(u64, u32)| live.for_each(stats, &mut |h, _, field| f(h, field - 1)),
+        ctx.hashes.clone(),
+        &mut |hashes, f: &mut dyn FnMut(u64, u32)| {
+            live.for_each_in(hashes, stats, &mut |h, _, field| f(h, field - 1))
+        },
         &|h, piece| signature(h, sig_bits) << piece_bits | u64::from(piece),
         (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
     )?;
+    live.check_counts()?;
     // A hash shared by several live keys: every one of them is an exception,
     // so that the exception list alone routes that hash.
     let shared = built.duplicate_hashes;
     let mut exceptions = Vec::new();
     if !shared.is_empty() {
-        live.for_each(stats, &mut |h, h2, field| {
+        live.for_each_in(0..=u64::MAX, stats, &mut |h, h2, field| {
             if shared.binary_search(&h).is_ok() {
                 exceptions.push(Exception { h, h2, field });
             }
         })?;
+        live.check_counts()?;
         exceptions.sort_unstable();
     }
     let mut fuse = Vec::new();

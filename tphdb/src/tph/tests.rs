@@ -94,6 +94,7 @@ impl Harness {
             gc_input_bytes: None,
             new_number: self.next_number,
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
+            hashes: 0..=u64::MAX,
             pinned: &self.pinned,
             carried_down: &self.carried_down,
         };

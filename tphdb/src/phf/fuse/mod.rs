@@ -11,9 +11,14 @@
 //! nothing else. Asked for a key it was not built over, it returns an
 //! arbitrary value, which the signature in it rejects as a slot's would.
 //!
-//! Keys are split into chunks by a mixed hash, each an independent fuse:
-//! a build holds the chunks of one batch at a time (about
-//! [`BUILD_BYTES_PER_KEY`] a key), streaming the keys once per batch.
+//! Keys are split into chunks, each an independent fuse, by where their
+//! hash lies in the range the keys come from (a TPH's partition): a build
+//! holds the chunks of one batch at a time (about [`BUILD_BYTES_PER_KEY`]
+//! a key), and a batch's keys are one interval of hashes, which a source
+//! whose keys are sorted by hash (a piece's key-hash section) finds as one
+//! run instead of sifting every key.
+
+use std::ops::RangeInclusive;
 
 use bytes::Bytes;
 use rayon::prelude::*;
@@ -40,14 +45,19 @@ pub const MAX_CHUNK_KEYS: u64 = 1 << 18;
 /// xor per cell (8 bytes, 1.1 to 1.2 cells a key) and the peeling queue,
 /// then the cells (8 bytes each), and the peeling stack (8).
 pub const BUILD_BYTES_PER_KEY: usize = 32;
-const SECTION_VERSION: u32 = 1;
+/// Written: chunks by hash interval. Version 1 (still read) chose them by
+/// a mixed hash.
+const SECTION_VERSION: u32 = 2;
 /// Bytes of a chunk's header on disk: seed, segment count, log2 segment.
 const CHUNK_BYTES: usize = 16;
 
-/// `(hash, tag)` pairs to build over, yielded to the callback; a source is
-/// called once per batch and must yield the same pairs each time. A key's
-/// value is computed from its pair only if it is in the batch.
-pub(crate) type TagSource<'a> = dyn FnMut(&mut dyn FnMut(u64, u32)) -> Result<()> + 'a;
+/// `(hash, tag)` pairs to build over, yielded to the callback: a source is
+/// called once per batch with the batch's interval of hashes and must
+/// yield every pair whose hash lies in it (others are ignored), the same
+/// ones each time it is asked for that interval. A key's value is computed
+/// from its pair only in its own batch.
+pub(crate) type TagSource<'a> =
+    dyn FnMut(RangeInclusive<u64>, &mut dyn FnMut(u64, u32)) -> Result<()> + 'a;
 
 /// A key's value from its hash and tag.
 pub(crate) type ValueOf<'a> = dyn Fn(u64, u32) -> u64 + Sync + 'a;
@@ -102,10 +112,59 @@ fn layout(n: u64) -> (u32, u32) {
     (log2_segment, segments.min(u32::MAX as u64) as u32)
 }
 
+/// Which chunk a hash belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Chunking {
+    /// Version 2: `min(mul_high(h -sat lo, scale), chunks - 1)`, monotone
+    /// in the hash.
+    Interval { lo: u64, scale: u64 },
+    /// Version 1: `mul_high(mix64(h, seed), chunks)`.
+    Mixed { seed: u64 },
+}
+
+impl Chunking {
+    /// Chunks of equal shares of `hashes` (`count` of them).
+    fn over(hashes: &RangeInclusive<u64>, count: u64) -> Chunking {
+        let span = (*hashes.end() as u128) - (*hashes.start() as u128) + 1;
+        let scale = ((count as u128) << 64).div_ceil(span).min(u64::MAX as u128) as u64;
+        Chunking::Interval {
+            lo: *hashes.start(),
+            scale,
+        }
+    }
+
+    #[inline(always)]
+    fn chunk(self, h: u64, count: u64) -> u64 {
+        match self {
+            Chunking::Interval { lo, scale } => {
+                mul_high(h.saturating_sub(lo), scale).min(count - 1)
+            }
+            Chunking::Mixed { seed } => mul_high(mix64(h, seed), count),
+        }
+    }
+
+    /// The least hash of chunk `c` or a later one (monotone chunking).
+    fn first_hash(self, c: u64, count: u64) -> u64 {
+        let (mut lo, mut hi) = (0u64, u64::MAX);
+        if self.chunk(hi, count) < c {
+            return u64::MAX;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.chunk(mid, count) >= c {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+}
+
 /// A built function: `get(h)` is the value `h` was built with.
 #[derive(Debug)]
 pub struct Fuse {
-    seed: u64,
+    chunking: Chunking,
     value_bits: u32,
     keys: u64,
     chunks: Vec<Chunk>,
@@ -131,7 +190,7 @@ impl Fuse {
         if self.chunks.is_empty() {
             return 0;
         }
-        let c = &self.chunks[mul_high(mix64(h, self.seed), self.chunks.len() as u64) as usize];
+        let c = &self.chunks[self.chunking.chunk(h, self.chunks.len() as u64) as usize];
         let p = c.positions(h);
         self.cell(c.offset + p[0])
             ^ self.cell(c.offset + p[1])
@@ -145,6 +204,15 @@ impl Fuse {
         let at = (bit / 8) as usize;
         let word = u64::from_le_bytes(self.cells[at..at + 8].try_into().expect("8 bytes"));
         (word >> (bit % 8)) & ((1u64 << self.value_bits) - 1)
+    }
+
+    /// The section version this fuse encodes as: 2 with chunks by hash
+    /// interval, 1 by mixed hash.
+    pub fn section_version(&self) -> u32 {
+        match self.chunking {
+            Chunking::Interval { .. } => SECTION_VERSION,
+            Chunking::Mixed { .. } => 1,
+        }
     }
 
     /// Bits of each value.
@@ -180,7 +248,8 @@ impl Fuse {
             pairs.len() as u64,
             value_bits,
             seed,
-            &mut |f: &mut dyn FnMut(u64, u32)| {
+            0..=u64::MAX,
+            &mut |_, f: &mut dyn FnMut(u64, u32)| {
                 for (i, &(h, _)) in pairs.iter().enumerate() {
                     f(h, i as u32);
                 }
@@ -202,7 +271,8 @@ impl Fuse {
             hashes.len() as u64,
             value_bits,
             seed,
-            &mut |f: &mut dyn FnMut(u64, u32)| {
+            0..=u64::MAX,
+            &mut |_, f: &mut dyn FnMut(u64, u32)| {
                 hashes.iter().for_each(|&h| f(h, 0));
                 Ok(())
             },
@@ -214,11 +284,16 @@ impl Fuse {
     /// Builds over the `n` pairs `source` yields, storing `value(h, tag)`
     /// for each (below `2^value_bits`), holding the chunks of about
     /// `batch_keys` keys at a time: `source` is called once per batch.
-    /// Deterministic given the seed and the batch size.
+    /// The keys' hashes should spread evenly over `hashes`, which the
+    /// chunks divide in equal intervals (any hash is accepted; uneven ones
+    /// make uneven chunks). Deterministic given the seed and the batch
+    /// size.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn build_streamed(
         n: u64,
         value_bits: u32,
         seed: u64,
+        hashes: RangeInclusive<u64>,
         source: &mut TagSource<'_>,
         value: &ValueOf<'_>,
         batch_keys: usize,
@@ -238,10 +313,12 @@ impl Fuse {
         // ones that get more.
         let per_chunk = n / chunk_count.max(1) + 1;
         let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
+        let chunking = Chunking::over(&hashes, chunk_count.max(1));
         let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
         let mut cells = Packed::new(value_bits);
         let mut duplicate_hashes = Vec::new();
         let mut keys = 0u64;
+        let mut seen = 0u64;
         let mut first = 0u64;
         while first < chunk_count {
             let end = (first + per_batch).min(chunk_count);
@@ -252,21 +329,19 @@ impl Fuse {
                     tags: Vec::with_capacity(capacity),
                 })
                 .collect();
-            let mut seen = 0u64;
-            source(&mut |h, tag| {
-                seen += 1;
-                let c = mul_high(mix64(h, seed), chunk_count);
+            let interval = chunking.first_hash(first, chunk_count)..=match end {
+                e if e == chunk_count => u64::MAX,
+                e => chunking.first_hash(e, chunk_count) - 1,
+            };
+            source(interval, &mut |h, tag| {
+                let c = chunking.chunk(h, chunk_count);
                 if (first..end).contains(&c) {
+                    seen += 1;
                     let keys = &mut batch[(c - first) as usize];
                     keys.hashes.push(h);
                     keys.tags.push(tag);
                 }
             })?;
-            if seen != n {
-                return Err(Error::InvalidArgument(format!(
-                    "a fuse build expected {n} pairs, its source gave {seen}"
-                )));
-            }
             let built: Vec<Result<BuiltChunk>> = batch
                 .into_par_iter()
                 .enumerate()
@@ -284,10 +359,15 @@ impl Fuse {
             }
             first = end;
         }
+        if seen != n {
+            return Err(Error::InvalidArgument(format!(
+                "a fuse build expected {n} pairs, its source gave {seen}"
+            )));
+        }
         duplicate_hashes.sort_unstable();
         Ok(BuiltFuse {
             fuse: Fuse {
-                seed,
+                chunking,
                 value_bits,
                 keys,
                 chunks,
@@ -299,9 +379,19 @@ impl Fuse {
 
     /// Appends the serialized form: see `docs/format.md`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.put_u32(SECTION_VERSION);
-        out.put_u32(self.value_bits);
-        out.put_u64(self.seed);
+        match self.chunking {
+            Chunking::Interval { lo, scale } => {
+                out.put_u32(SECTION_VERSION);
+                out.put_u32(self.value_bits);
+                out.put_u64(lo);
+                out.put_u64(scale);
+            }
+            Chunking::Mixed { seed } => {
+                out.put_u32(1);
+                out.put_u32(self.value_bits);
+                out.put_u64(seed);
+            }
+        }
         out.put_u64(self.keys);
         out.put_u32(self.chunks.len() as u32);
         for c in &self.chunks {
@@ -317,11 +407,15 @@ impl Fuse {
     pub fn decode(bytes: Bytes) -> Result<Fuse> {
         let mut d = Decoder::new(&bytes, "fuse");
         let version = d.u32()?;
-        if version != SECTION_VERSION {
-            return Err(Error::corruption("fuse version", SECTION_VERSION, version));
-        }
         let value_bits = d.u32()?;
-        let seed = d.u64()?;
+        let chunking = match version {
+            1 => Chunking::Mixed { seed: d.u64()? },
+            2 => Chunking::Interval {
+                lo: d.u64()?,
+                scale: d.u64()?,
+            },
+            v => return Err(Error::corruption("fuse version", "1 or 2", v)),
+        };
         let keys = d.u64()?;
         let count = d.u32()? as usize;
         if !(1..=56).contains(&value_bits) || count > d.remaining() / CHUNK_BYTES {
@@ -367,7 +461,7 @@ impl Fuse {
             ));
         }
         Ok(Fuse {
-            seed,
+            chunking,
             value_bits,
             keys,
             chunks,

@@ -63,7 +63,8 @@ fn a_batched_build_holds_chunks_and_gives_every_value() {
         p.len() as u64,
         13,
         1,
-        &mut |f: &mut dyn FnMut(u64, u32)| {
+        0..=u64::MAX,
+        &mut |_, f: &mut dyn FnMut(u64, u32)| {
             (0..p.len()).for_each(|i| f(p[i].0, i as u32));
             Ok(())
         },
@@ -85,12 +86,13 @@ fn a_batched_build_holds_chunks_and_gives_every_value() {
 #[test]
 fn a_source_that_disagrees_with_its_count_or_width_is_refused() {
     let p = pairs(100, 8, 1);
-    let mut src = |f: &mut dyn FnMut(u64, u32)| {
+    let mut src = |_, f: &mut dyn FnMut(u64, u32)| {
         (0..p.len()).for_each(|i| f(p[i].0, i as u32));
         Ok(())
     };
-    assert!(Fuse::build_streamed(101, 8, 1, &mut src, &|_, _| 0, 1000).is_err());
-    assert!(Fuse::build_streamed(100, 57, 1, &mut src, &|_, _| 0, 1000).is_err());
+    let all = 0..=u64::MAX;
+    assert!(Fuse::build_streamed(101, 8, 1, all.clone(), &mut src, &|_, _| 0, 10).is_err());
+    assert!(Fuse::build_streamed(100, 57, 1, all, &mut src, &|_, _| 0, 1000).is_err());
     assert!(Fuse::build(&p, 7, 1).is_err());
 }
 
@@ -150,7 +152,8 @@ proptest! {
             pairs.len() as u64,
             bits,
             9,
-            &mut |f: &mut dyn FnMut(u64, u32)| {
+            0..=u64::MAX,
+            &mut |_, f: &mut dyn FnMut(u64, u32)| {
                 (0..pairs.len()).for_each(|i| f(pairs[i].0, i as u32));
                 Ok(())
             },
@@ -166,5 +169,94 @@ proptest! {
                 prop_assert_eq!(built.fuse.get(h), v);
             }
         }
+    }
+}
+
+/// Chunks divide the given interval of hashes: a source may yield only a
+/// batch's interval, keys spread over that interval make even chunks, and
+/// keys outside it (or a source that yields everything) still map.
+#[test]
+fn chunks_are_intervals_of_the_hashes_given() {
+    let lo = 3u64 << 60;
+    let span = 1u64 << 58;
+    let mut p: Vec<(u64, u64)> = (0..60_000u64)
+        .map(|i| (lo + mix64(i, 5) % span, mix64(i, 6) & 0x3ff))
+        .collect();
+    p.sort_unstable();
+    p.dedup_by_key(|x| x.0);
+    let asked = std::cell::RefCell::new(Vec::new());
+    let build = |filter: bool, hashes: RangeInclusive<u64>| {
+        Fuse::build_streamed(
+            p.len() as u64,
+            10,
+            1,
+            hashes,
+            &mut |interval: RangeInclusive<u64>, f: &mut dyn FnMut(u64, u32)| {
+                asked.borrow_mut().push(interval.clone());
+                for (i, &(h, _)) in p.iter().enumerate() {
+                    if !filter || interval.contains(&h) {
+                        f(h, i as u32);
+                    }
+                }
+                Ok(())
+            },
+            &|_, i| p[i as usize].1,
+            5000,
+        )
+        .unwrap()
+        .fuse
+    };
+    let filtered = build(true, lo..=lo + (span - 1));
+    let intervals = asked.take();
+    assert!(intervals.len() >= 10, "{} passes", intervals.len());
+    assert_eq!(*intervals[0].start(), 0);
+    assert_eq!(*intervals.last().unwrap().end(), u64::MAX);
+    for w in intervals.windows(2) {
+        assert_eq!(*w[0].end() + 1, *w[1].start());
+    }
+    let unfiltered = build(false, lo..=lo + (span - 1));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    filtered.encode(&mut a);
+    unfiltered.encode(&mut b);
+    assert!(a == b, "a filtering source builds the same function");
+    for &(h, v) in &p {
+        assert_eq!(filtered.get(h), v);
+    }
+    // Even chunks: none more than twice the average.
+    let most = filtered.chunks.iter().map(Chunk::cells).max().unwrap();
+    let average =
+        filtered.chunks.iter().map(Chunk::cells).sum::<u64>() / filtered.chunks.len() as u64;
+    assert!(
+        most < 2 * average,
+        "{most} cells in a chunk, {average} on average"
+    );
+    // A range the keys do not fit: uneven chunks, every value still right.
+    let skewed = build(true, 0..=lo);
+    for &(h, v) in &p {
+        assert_eq!(skewed.get(h), v);
+    }
+}
+
+/// Version-1 sections (chunks by mixed hash) still decode and answer.
+#[test]
+fn a_version_1_section_decodes() {
+    let p = pairs(2000, 9, 4);
+    let f = Fuse::build(&p, 9, 1).unwrap().fuse;
+    let v1 = Fuse {
+        chunking: Chunking::Mixed { seed: 77 },
+        value_bits: f.value_bits,
+        keys: f.keys,
+        chunks: f.chunks.clone(),
+        cells: f.cells.clone(),
+    };
+    let mut enc = Vec::new();
+    v1.encode(&mut enc);
+    assert_eq!(u32::from_le_bytes(enc[..4].try_into().unwrap()), 1);
+    let back = Fuse::decode(Bytes::from(enc)).unwrap();
+    assert_eq!(back.chunking, Chunking::Mixed { seed: 77 });
+    // One chunk: the chunking does not change which cells a key reads.
+    assert_eq!(f.chunks.len(), 1);
+    for &(h, v) in &p {
+        assert_eq!(back.get(h), v);
     }
 }
