@@ -20,20 +20,24 @@ const BATCHES_PER_THREAD: usize = 4;
 /// Blocks of fewer slots than this start at multiples of a quantum.
 const QUANTIZED_BELOW_SLOTS: usize = 8;
 
+/// Block starts are multiples of about this fraction of a block.
+const QUANTUM_PER_BLOCK: usize = 128;
+
 /// The power of two every block start is a multiple of. The in-memory
 /// block offset table costs about `2 + log2(block bytes / quantum)` bits a
 /// block, most of a piece's index when a block holds only a few entries
-/// (three at 1 KiB values). A quantum near 1/256 of a block saves
-/// `log2(quantum)` bits a block (3 of 13 at 1 KiB values, 0.14 bytes a key)
-/// and pads the data by about 1/512 (0.3% measured at 1 KiB values, whose
-/// fixed sizes make the padding the same in every block); 1/128 would save
-/// one more bit for twice the padding. Blocks of many small entries cost a
-/// fraction of a bit a key and are not padded.
+/// (three at 1 KiB values). A quantum near 1/128 of a block saves
+/// `log2(quantum)` bits a block (4 of 13 at 1 KiB values, 0.19 bytes a key)
+/// and pads the data by about 1/256 (0.55% measured at 1 KiB values, whose
+/// fixed sizes make the padding the same in every block); 1/256 saved one
+/// bit less for half the padding, which left the index at 1 KiB values
+/// within 0.01 bytes a key of the 2.4 asked of it. Blocks of many small
+/// entries cost a fraction of a bit a key and are not padded.
 pub(super) fn block_quantum(k: usize, avg_entry: usize, page: usize) -> usize {
     if k >= QUANTIZED_BELOW_SLOTS {
         return 1;
     }
-    let target = (k.saturating_mul(avg_entry) / 256).clamp(1, page.max(1));
+    let target = (k.saturating_mul(avg_entry) / QUANTUM_PER_BLOCK).clamp(1, page.max(1));
     1 << target.ilog2()
 }
 
@@ -235,15 +239,15 @@ mod tests {
 
     #[test]
     fn blocks_of_few_entries_start_at_multiples_of_a_quantum() {
-        assert_eq!(block_quantum(3, 1060, 4096), 8);
-        assert_eq!(block_quantum(1, 64 << 10, 4096), 256);
+        assert_eq!(block_quantum(3, 1060, 4096), 16);
+        assert_eq!(block_quantum(1, 64 << 10, 4096), 512);
         assert_eq!(block_quantum(1, 1 << 30, 4096), 4096);
         assert_eq!(block_quantum(27, 150, 4096), 1);
         let blocks = layout(false);
         assert!(blocks
             .iter()
-            .all(|&(start, len)| start % 8 == 0 && len % 8 == 0));
-        // The padding stays near its expected 1/256 of the data.
+            .all(|&(start, len)| start % 16 == 0 && len % 16 == 0));
+        // The padding stays small: half a quantum a block on average.
         let data: u64 = blocks.iter().map(|&(_, len)| len as u64).sum();
         let entries: u64 = kib_entries()
             .iter()
