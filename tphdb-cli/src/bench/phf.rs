@@ -128,8 +128,8 @@ fn build(
             Box::new(Fmph(ph::fmph::Function::from_slice_with_conf(keys, conf)))
         }
         "fuse" => {
-            let value = |k: u64| fuse_value(k, value_bits);
-            let b = Fuse::build_with(keys, value_bits, cfg.seed, &value)
+            let value = |k: u64, _| fuse_value(k, value_bits);
+            let b = Fuse::build(keys, value_bits, cfg.seed, &value)
                 .map_err(|e| format!("fuse: {e}"))?;
             Box::new(FuseIndex(b.fuse))
         }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use super::merge::MergeStats;
 
 /// One bit per entry of a piece or exception of the base index.
-pub(super) struct Bits(Vec<u64>);
+struct Bits(Vec<u64>);
 
 impl Bits {
     fn new(n: usize) -> Bits {

@@ -1,6 +1,12 @@
 //! Fuse builds, lookups and the decoder against damage.
 use super::*;
 
+/// A fuse over `pairs` (hash, value).
+fn build(pairs: &[(u64, u64)], bits: u32) -> Result<BuiltFuse> {
+    let hashes: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+    Fuse::build(&hashes, bits, 1, &|_, i| pairs[i as usize].1)
+}
+
 fn pairs(n: u64, bits: u32, salt: u64) -> Vec<(u64, u64)> {
     (0..n)
         .map(|i| {
@@ -15,7 +21,7 @@ fn every_key_gets_its_value() {
     for n in [0u64, 1, 2, 3, 4, 5, 10, 100, 1000, 10_000, 300_000] {
         for bits in [1, 12, 56] {
             let p = pairs(n, bits, n);
-            let b = Fuse::build(&p, bits, 1).unwrap();
+            let b = build(&p, bits).unwrap();
             assert!(b.duplicate_hashes.is_empty());
             assert_eq!(b.fuse.len(), n);
             for &(h, v) in &p {
@@ -28,12 +34,12 @@ fn every_key_gets_its_value() {
 #[test]
 fn a_fuse_of_chunks_near_the_largest_takes_about_1_1_cells_a_key() {
     let p = pairs(1_000_000, 12, 3);
-    let f = Fuse::build(&p, 12, 1).unwrap().fuse;
+    let f = build(&p, 12).unwrap().fuse;
     assert_eq!(f.chunks.len(), 4);
     let bits_per_key = f.memory_bytes() as f64 * 8.0 / 1e6;
     assert!(bits_per_key < 12.0 * 1.11, "{bits_per_key} bits a key");
     let p = pairs(100_000, 12, 3);
-    let f = Fuse::build(&p, 12, 1).unwrap().fuse;
+    let f = build(&p, 12).unwrap().fuse;
     let bits_per_key = f.memory_bytes() as f64 * 8.0 / 1e5;
     assert!(bits_per_key < 12.0 * 1.14, "{bits_per_key} bits a key");
 }
@@ -44,7 +50,7 @@ fn repeated_hashes_are_reported_and_the_rest_still_map() {
     p.push((p[10].0, 3));
     p.push((p[20].0, 4));
     p.push((p[20].0, 5));
-    let b = Fuse::build(&p, 10, 1).unwrap();
+    let b = build(&p, 10).unwrap();
     let mut want = vec![p[10].0, p[20].0];
     want.sort_unstable();
     assert_eq!(b.duplicate_hashes, want);
@@ -93,13 +99,13 @@ fn a_source_that_disagrees_with_its_count_or_width_is_refused() {
     let all = 0..=u64::MAX;
     assert!(Fuse::build_streamed(101, 8, 1, all.clone(), &mut src, &|_, _| 0, 10).is_err());
     assert!(Fuse::build_streamed(100, 57, 1, all, &mut src, &|_, _| 0, 1000).is_err());
-    assert!(Fuse::build(&p, 7, 1).is_err());
+    assert!(build(&p, 7).is_err());
 }
 
 #[test]
 fn it_round_trips_and_rejects_damage_without_panicking() {
     let p = pairs(3000, 11, 2);
-    let f = Fuse::build(&p, 11, 1).unwrap().fuse;
+    let f = build(&p, 11).unwrap().fuse;
     let mut enc = Vec::new();
     f.encode(&mut enc);
     let back = Fuse::decode(Bytes::from(enc.clone())).unwrap();
@@ -121,7 +127,7 @@ fn it_round_trips_and_rejects_damage_without_panicking() {
         }
     }
     let mut empty = Vec::new();
-    Fuse::build(&[], 9, 1).unwrap().fuse.encode(&mut empty);
+    build(&[], 9).unwrap().fuse.encode(&mut empty);
     let e = Fuse::decode(Bytes::from(empty)).unwrap();
     assert_eq!(e.get(12345), 0);
 }
@@ -241,7 +247,7 @@ fn chunks_are_intervals_of_the_hashes_given() {
 #[test]
 fn a_version_1_section_decodes() {
     let p = pairs(2000, 9, 4);
-    let f = Fuse::build(&p, 9, 1).unwrap().fuse;
+    let f = build(&p, 9).unwrap().fuse;
     let v1 = Fuse {
         chunking: Chunking::Mixed { seed: 77 },
         value_bits: f.value_bits,

@@ -1,0 +1,359 @@
+//! Building a fuse: keys collected a batch of chunks at a time, each
+//! chunk sorted by first cell, peeled and assigned.
+
+use std::ops::RangeInclusive;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use super::{
+    layout, BuiltFuse, Chunk, Chunking, Fuse, TagSource, ValueOf, MAX_ATTEMPTS, MAX_CHUNK_KEYS,
+};
+use crate::error::{Error, Result};
+use crate::util::reduce::mix64;
+
+impl Fuse {
+    /// Builds over distinct `hashes`, storing `value(h, i)` for the hash
+    /// `h` at index `i`, below `2^value_bits`.
+    pub fn build(
+        hashes: &[u64],
+        value_bits: u32,
+        seed: u64,
+        value: &(dyn Fn(u64, u32) -> u64 + Sync),
+    ) -> Result<BuiltFuse> {
+        if hashes.len() > u32::MAX as usize {
+            return Err(Error::InvalidArgument(format!(
+                "a fuse over {} hashes",
+                hashes.len()
+            )));
+        }
+        Self::build_streamed(
+            hashes.len() as u64,
+            value_bits,
+            seed,
+            0..=u64::MAX,
+            &mut |_, f: &mut dyn FnMut(u64, u32)| {
+                for (i, &h) in hashes.iter().enumerate() {
+                    f(h, i as u32);
+                }
+                Ok(())
+            },
+            value,
+            usize::MAX,
+        )
+    }
+
+    /// Builds over the `n` pairs `source` yields, storing `value(h, tag)`
+    /// for each (below `2^value_bits`), holding the chunks of about
+    /// `batch_keys` keys at a time: `source` is called once per batch.
+    /// The keys' hashes should spread evenly over `hashes`, which the
+    /// chunks divide in equal intervals (any hash is accepted; uneven ones
+    /// make uneven chunks). Deterministic given the seed and the batch
+    /// size.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build_streamed(
+        n: u64,
+        value_bits: u32,
+        seed: u64,
+        hashes: RangeInclusive<u64>,
+        source: &mut TagSource<'_>,
+        value: &ValueOf<'_>,
+        batch_keys: usize,
+    ) -> Result<BuiltFuse> {
+        if !(1..=56).contains(&value_bits) {
+            return Err(Error::InvalidArgument(format!(
+                "fuse values of {value_bits} bits (1 to 56)"
+            )));
+        }
+        let batch_keys = (batch_keys as u64).max(1);
+        let chunk_keys = MAX_CHUNK_KEYS.min(batch_keys);
+        let chunk_count = if n == 0 { 0 } else { n.div_ceil(chunk_keys) };
+        if chunk_count > u32::MAX as u64 {
+            return Err(Error::InvalidArgument(format!("a fuse over {n} keys")));
+        }
+        // Chunks get n / chunk_count keys on average; leave room for the
+        // ones that get more.
+        let per_chunk = n / chunk_count.max(1) + 1;
+        let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
+        let chunking = Chunking::over(&hashes, chunk_count.max(1));
+        let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
+        let mut cells = Packed::new(value_bits);
+        let mut duplicate_hashes = Vec::new();
+        let mut keys = 0u64;
+        let mut seen = 0u64;
+        let mut first = 0u64;
+        while first < chunk_count {
+            let end = (first + per_batch).min(chunk_count);
+            let capacity = (per_chunk + per_chunk / 16) as usize;
+            let mut batch: Vec<Keys> = (first..end)
+                .map(|_| Keys {
+                    hashes: Vec::with_capacity(capacity),
+                    tags: Vec::with_capacity(capacity),
+                })
+                .collect();
+            let interval = chunking.first_hash(first, chunk_count)..=match end {
+                e if e == chunk_count => u64::MAX,
+                e => chunking.first_hash(e, chunk_count) - 1,
+            };
+            source(interval, &mut |h, tag| {
+                let c = chunking.chunk(h, chunk_count);
+                if (first..end).contains(&c) {
+                    seen += 1;
+                    let keys = &mut batch[(c - first) as usize];
+                    keys.hashes.push(h);
+                    keys.tags.push(tag);
+                }
+            })?;
+            let built: Vec<Result<BuiltChunk>> = batch
+                .into_par_iter()
+                .enumerate()
+                .map(|(i, keys)| {
+                    build_chunk(keys, value_bits, value, mix64(seed, first + i as u64 + 1))
+                })
+                .collect();
+            for b in built {
+                let mut b = b?;
+                b.chunk.offset = chunks.last().map_or(0, |c| c.offset + c.cells());
+                b.cells.iter().for_each(|&v| cells.push(v));
+                chunks.push(b.chunk);
+                duplicate_hashes.extend(b.duplicates);
+                keys += b.keys;
+            }
+            first = end;
+        }
+        if seen != n {
+            return Err(Error::InvalidArgument(format!(
+                "a fuse build expected {n} pairs, its source gave {seen}"
+            )));
+        }
+        duplicate_hashes.sort_unstable();
+        Ok(BuiltFuse {
+            fuse: Fuse {
+                chunking,
+                value_bits,
+                keys,
+                chunks,
+                cells: Bytes::from(cells.finish()),
+            },
+            duplicate_hashes,
+        })
+    }
+}
+
+/// Cells appended bit-packed, as the section stores them.
+struct Packed {
+    bytes: Vec<u8>,
+    bits: u64,
+    width: u32,
+}
+
+impl Packed {
+    fn new(width: u32) -> Packed {
+        Packed {
+            bytes: Vec::new(),
+            bits: 0,
+            width,
+        }
+    }
+
+    fn push(&mut self, v: u64) {
+        let at = (self.bits / 8) as usize;
+        if self.bytes.len() < at + 8 {
+            self.bytes.resize((at + 8).max(self.bytes.len() * 2), 0);
+        }
+        let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
+        let word = word | (v << (self.bits % 8));
+        self.bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
+        self.bits += self.width as u64;
+    }
+
+    /// The cells and 8 bytes of padding.
+    fn finish(mut self) -> Vec<u8> {
+        self.bytes.resize(self.bits.div_ceil(8) as usize + 8, 0);
+        self.bytes.shrink_to_fit();
+        self.bytes
+    }
+}
+
+/// The keys of a chunk: hashes and their tags.
+struct Keys {
+    hashes: Vec<u64>,
+    tags: Vec<u32>,
+}
+
+/// A chunk built.
+struct BuiltChunk {
+    /// Its header, offset left 0.
+    chunk: Chunk,
+    cells: Vec<u64>,
+    /// Hashes it was given more than once.
+    duplicates: Vec<u64>,
+    /// Distinct hashes.
+    keys: u64,
+}
+
+/// Builds one chunk over `keys`, trying seeds until its hypergraph peels.
+fn build_chunk(
+    mut keys: Keys,
+    value_bits: u32,
+    value: &ValueOf<'_>,
+    base_seed: u64,
+) -> Result<BuiltChunk> {
+    let mut duplicates = Vec::new();
+    let mut deduplicated = false;
+    for attempt in 0..MAX_ATTEMPTS {
+        let (log2_segment, segment_count) = layout(keys.hashes.len() as u64);
+        let chunk = Chunk {
+            offset: 0,
+            seed: mix64(base_seed, attempt),
+            log2_segment,
+            segment_count,
+        };
+        sort_by_first_cell(&mut keys, &chunk);
+        if let Some(cells) = peel(&keys, &chunk, value_bits, value)? {
+            return Ok(BuiltChunk {
+                chunk,
+                cells,
+                duplicates,
+                keys: keys.hashes.len() as u64,
+            });
+        }
+        // Equal hashes share their four cells and never peel: take them out
+        // once, then retry with other seeds.
+        if !deduplicated {
+            deduplicated = true;
+            duplicates = deduplicate(&mut keys);
+        }
+    }
+    Err(Error::Internal(format!(
+        "no fuse over {} keys after {MAX_ATTEMPTS} seeds",
+        keys.hashes.len()
+    )))
+}
+
+/// Keeps the first key of each hash; returns the hashes that had more.
+fn deduplicate(keys: &mut Keys) -> Vec<u64> {
+    let mut order: Vec<u32> = (0..keys.hashes.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| keys.hashes[i as usize]);
+    let mut duplicates = Vec::new();
+    let mut kept = Keys {
+        hashes: Vec::with_capacity(keys.hashes.len()),
+        tags: Vec::with_capacity(keys.hashes.len()),
+    };
+    for (j, &i) in order.iter().enumerate() {
+        let h = keys.hashes[i as usize];
+        if j > 0 && keys.hashes[order[j - 1] as usize] == h {
+            if duplicates.last() != Some(&h) {
+                duplicates.push(h);
+            }
+            continue;
+        }
+        kept.hashes.push(h);
+        kept.tags.push(keys.tags[i as usize]);
+    }
+    *keys = kept;
+    duplicates
+}
+
+/// Peels the 4-hypergraph of `keys` under `chunk`'s seed and assigns the
+/// cells; `None` if it does not peel whole. Peeling keeps 8 bytes a cell,
+/// the keys left in it and the xor of their indexes into `keys`, so that
+/// the table stays near the CPU's cache; the keys come in the order of
+/// their first cell ([`sort_by_first_cell`]), which sweeps the table
+/// nearly in order instead of jumping through it.
+fn peel(
+    keys: &Keys,
+    chunk: &Chunk,
+    value_bits: u32,
+    value: &ValueOf<'_>,
+) -> Result<Option<Vec<u64>>> {
+    let cells = chunk.cells() as usize;
+    let mut count = vec![(0u32, 0u32); cells];
+    for (i, &h) in keys.hashes.iter().enumerate() {
+        for p in chunk.positions(h) {
+            let c = &mut count[p as usize];
+            c.0 += 1;
+            c.1 ^= i as u32;
+        }
+    }
+    let mut queue: Vec<u32> = (0..cells as u32)
+        .filter(|&c| count[c as usize].0 == 1)
+        .collect();
+    // (cell, key) in peeling order.
+    let mut stack: Vec<(u32, u32)> = Vec::with_capacity(keys.hashes.len());
+    while let Some(c) = queue.pop() {
+        let c = c as usize;
+        if count[c].0 != 1 {
+            continue;
+        }
+        let key = count[c].1;
+        stack.push((c as u32, key));
+        count[c].0 = 0;
+        for p in chunk.positions(keys.hashes[key as usize]) {
+            let p = p as usize;
+            if p != c {
+                let cell = &mut count[p];
+                cell.0 -= 1;
+                cell.1 ^= key;
+                if cell.0 == 1 {
+                    queue.push(p as u32);
+                }
+            }
+        }
+    }
+    if stack.len() != keys.hashes.len() {
+        return Ok(None);
+    }
+    drop((queue, count));
+    // In reverse peeling order, a key's other cells are final: either
+    // peeled later (assigned already) or left with no key (0). The cell it
+    // was peeled from takes the xor that makes the four cells give its
+    // value.
+    let mut out = vec![0u64; cells];
+    let mask = (1u64 << value_bits) - 1;
+    for &(c, key) in stack.iter().rev() {
+        let h = keys.hashes[key as usize];
+        let mut v = value(h, keys.tags[key as usize]);
+        if v > mask {
+            return Err(Error::InvalidArgument(format!(
+                "a fuse value {v:#x} wider than {value_bits} bits"
+            )));
+        }
+        for p in chunk.positions(h) {
+            if p != c as u64 {
+                v ^= out[p as usize];
+            }
+        }
+        out[c as usize] = v;
+    }
+    Ok(Some(out))
+}
+
+/// Sorts `keys` in place by the segment of their first cell (American flag
+/// sort: a count per segment, then cycles of swaps).
+fn sort_by_first_cell(keys: &mut Keys, chunk: &Chunk) {
+    let segment = |h: u64| (chunk.positions(h)[0] >> chunk.log2_segment) as usize;
+    let segments = chunk.segment_count as usize;
+    let mut next = vec![0usize; segments + 1];
+    for &h in &keys.hashes {
+        next[segment(h) + 1] += 1;
+    }
+    for i in 1..next.len() {
+        next[i] += next[i - 1];
+    }
+    let ends: Vec<usize> = next[1..].to_vec();
+    for s in 0..segments {
+        while next[s] < ends[s] {
+            let i = next[s];
+            let t = segment(keys.hashes[i]);
+            if t == s {
+                next[s] += 1;
+            } else {
+                let j = next[t];
+                keys.hashes.swap(i, j);
+                keys.tags.swap(i, j);
+                next[t] += 1;
+            }
+        }
+    }
+}
