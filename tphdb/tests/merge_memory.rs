@@ -136,3 +136,50 @@ fn a_flush_holds_little_beyond_its_memtable() {
     assert!(per_entry < 200.0, "{per_entry:.1} bytes per entry held");
     assert_eq!(db.stats().levels[0].live_entries, entries);
 }
+
+/// Regression: a fold held the live entries of every piece it folded,
+/// whatever their size: `compact_range` folds each TPH whole, so it held a
+/// TPH's keys and values at once (24.9 MB measured here, for TPHs of 20 MB
+/// and a job's input memory of 1 MiB).
+/// Past the job's input memory a fold now holds the folded entries' keys
+/// and writes its piece in passes, each reading its share of the values
+/// again.
+#[test]
+fn folding_a_large_tph_holds_the_jobs_memory_not_the_tph() {
+    let _turn = measuring();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        one_level: true,
+        fanout: 2,
+        write_buffer_bytes: 4 << 20,
+        // 2 MiB per job, half of it for input.
+        compaction_memory_bytes: 4 << 20,
+        background_threads: 2,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let keys = 10_000u32;
+    let value = |i: u32| vec![i as u8; 4000];
+    for round in 0..2 {
+        for i in (round..keys).step_by(2) {
+            db.put(i.to_be_bytes(), value(i)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    let level1 = &db.stats().levels[1];
+    assert_eq!((level1.tphs, level1.live_entries), (2, keys as u64));
+    assert!(level1.pieces >= 4, "{} pieces", level1.pieces);
+
+    let peak = peak_during(|| db.compact_range(None, None).unwrap());
+    let tph_bytes = keys as usize / 2 * 4000;
+    eprintln!("peak {peak} bytes while folding TPHs of {tph_bytes} bytes");
+    // The job's 2 MiB, the blocks being encoded (about 1 MiB a thread),
+    // the new piece's write buffer and about 130 bytes a key of the TPH
+    // (5.75 MB measured).
+    assert!(peak < 7 << 20, "{peak} bytes held");
+    assert_eq!(db.stats().levels[1].pieces, 2);
+    for i in (0..keys).step_by(97) {
+        assert_eq!(db.get(i.to_be_bytes()).unwrap(), Some(value(i)));
+    }
+}

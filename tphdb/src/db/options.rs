@@ -141,7 +141,9 @@ pub struct Options {
     /// half for the global indexes a compaction rebuilds. A level-0
     /// compaction takes the oldest level-0 TPHs that fit; a larger input is
     /// merged in several passes over ranges of the target partitions, each
-    /// reading the inputs again. A TPH's index is rebuilt from its pieces'
+    /// reading the inputs again; a fold of pieces whose live entries pass
+    /// the input half writes its piece in passes over runs of its slots,
+    /// each reading its values again from the folded pieces. A TPH's index is rebuilt from its pieces'
     /// key hashes, streamed, its perfect hash built a batch of segments at a
     /// time within the index half (8 bytes per key in a batch).
     pub compaction_memory_bytes: usize,

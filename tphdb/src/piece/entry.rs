@@ -41,6 +41,55 @@ pub(crate) trait AsEntry: Sync {
     fn as_entry(&self) -> EntryRef<'_>;
 }
 
+/// What planning a piece needs of an entry: all but the value's bytes. A
+/// piece written in passes is planned from these, and each pass loads the
+/// entries of its blocks whole (see `write_piece_in_passes`).
+pub(crate) trait EntryShape: Sync {
+    fn key(&self) -> &[u8];
+    fn seq(&self) -> u64;
+    /// The value's length; `None` for a tombstone.
+    fn value_len(&self) -> Option<usize>;
+
+    /// Bytes of the encoded entry.
+    fn encoded_len(&self) -> usize {
+        let key = self.key().len();
+        let v = self.value_len().map_or(0, |v| varint_len(v as u64) + v);
+        1 + varint_len(self.seq()) + varint_len(key as u64) + key + v
+    }
+}
+
+impl<T: AsEntry> EntryShape for T {
+    fn key(&self) -> &[u8] {
+        self.as_entry().key
+    }
+
+    fn seq(&self) -> u64 {
+        self.as_entry().seq
+    }
+
+    fn value_len(&self) -> Option<usize> {
+        self.as_entry().value.map(<[u8]>::len)
+    }
+}
+
+/// Where a piece's blocks get their entries whole: entry `i` of the piece,
+/// or `None` if it is not at hand.
+pub(crate) trait EntrySource: Sync {
+    fn entry(&self, i: u32) -> Option<EntryRef<'_>>;
+}
+
+impl<S: EntrySource + ?Sized> EntrySource for &S {
+    fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
+        (**self).entry(i)
+    }
+}
+
+impl<E: AsEntry> EntrySource for [E] {
+    fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
+        self.get(i as usize).map(AsEntry::as_entry)
+    }
+}
+
 impl AsEntry for EntryRef<'_> {
     fn as_entry(&self) -> EntryRef<'_> {
         *self
@@ -72,25 +121,24 @@ impl EntryRef<'_> {
             out.extend_from_slice(v);
         }
     }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        check_limits(self.key, self.value)
-    }
 }
 
 /// Refuses a key or value over the limits ([`MAX_KEY_BYTES`],
 /// [`MAX_VALUE_BYTES`]), before anything is written.
 pub(crate) fn check_limits(key: &[u8], value: Option<&[u8]>) -> Result<()> {
-    if key.len() > MAX_KEY_BYTES {
+    check_lengths(key.len(), value.map(<[u8]>::len))
+}
+
+/// [`check_limits`] of a key and a value of these lengths.
+pub(crate) fn check_lengths(key: usize, value: Option<usize>) -> Result<()> {
+    if key > MAX_KEY_BYTES {
         return Err(Error::InvalidArgument(format!(
-            "key of {} bytes exceeds the limit of {MAX_KEY_BYTES}",
-            key.len()
+            "key of {key} bytes exceeds the limit of {MAX_KEY_BYTES}"
         )));
     }
-    if let Some(v) = value.filter(|v| v.len() > MAX_VALUE_BYTES) {
+    if let Some(v) = value.filter(|&v| v > MAX_VALUE_BYTES) {
         return Err(Error::InvalidArgument(format!(
-            "value of {} bytes exceeds the limit of {MAX_VALUE_BYTES}",
-            v.len()
+            "value of {v} bytes exceeds the limit of {MAX_VALUE_BYTES}"
         )));
     }
     Ok(())

@@ -4,10 +4,10 @@
 use rayon::prelude::*;
 
 use super::block::{encode_block, pad_block, MAX_PADDING};
-use super::entry::AsEntry;
+use super::entry::{EntryRef, EntrySource};
 use super::format::Compression;
 use super::writer::{PieceOptions, NONE};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::WritableFile;
 use crate::util::prefetch;
 
@@ -67,92 +67,136 @@ fn padding_after(end: u64, next_len: usize, quantum: usize, options: &PieceOptio
     }
 }
 
-/// Encodes and appends all blocks, encoding a window of them in parallel at
-/// a time. Each block but the last carries the padding that moves the next
-/// one where [`padding_after`] puts it, so that with `align_blocks` reading
-/// any block touches as few pages as possible; the last one pads the data
-/// to a multiple of `quantum`. Returns each block's start plus the end of
-/// the last one, and the largest decompressed block.
-pub(super) fn write_blocks<E: AsEntry>(
-    file: &mut dyn WritableFile,
-    entries: &[E],
-    by_slot: &[u32],
-    k: usize,
+/// Appends a piece's blocks, encoding a window of them in parallel at a
+/// time; a run of slots at a time, so that a piece can be written in passes
+/// that each hold only the entries of their slots. Each block but the last
+/// carries the padding that moves the next one where [`padding_after`]
+/// puts it, so that with `align_blocks` reading any block touches as few
+/// pages as possible; the last one pads the data to a multiple of
+/// `quantum`. A block appended waits for the next, which decides its
+/// padding.
+pub(super) struct BlockWriter<'a> {
+    starts: Vec<u64>,
+    max_block_bytes: usize,
+    at: u64,
+    pending: Option<Vec<u8>>,
     quantum: usize,
-    options: &PieceOptions,
-) -> Result<(Vec<u64>, usize)> {
-    let total_slots = by_slot.len();
-    let block_count = total_slots.div_ceil(k);
-    let mut starts = Vec::with_capacity(block_count + 1);
-    let mut max_block_bytes = 0;
-    let mut at = file.len();
-    let mut pending: Option<Vec<u8>> = None;
-    let mut append = |block: &mut Vec<u8>, grow: usize, at: &mut u64| -> Result<()> {
-        if grow > 0 {
-            pad_block(block, grow);
+    options: &'a PieceOptions,
+}
+
+impl<'a> BlockWriter<'a> {
+    /// A writer whose first block starts at `at`, for `block_count` blocks.
+    pub(super) fn new(
+        at: u64,
+        block_count: usize,
+        quantum: usize,
+        options: &'a PieceOptions,
+    ) -> BlockWriter<'a> {
+        BlockWriter {
+            starts: Vec::with_capacity(block_count + 1),
+            max_block_bytes: 0,
+            at,
+            pending: None,
+            quantum,
+            options,
         }
-        starts.push(*at);
-        *at += block.len() as u64;
-        file.append(block)
-    };
-    let window = BLOCKS_PER_BATCH * BATCHES_PER_THREAD * rayon::current_num_threads();
-    for first in (0..block_count).step_by(window) {
-        let last = (first + window).min(block_count);
-        let batches: Vec<Result<(Vec<Vec<u8>>, usize)>> = (first..last)
-            .step_by(BLOCKS_PER_BATCH)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|batch_first| {
-                let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
-                encode_batch(entries, by_slot, k, blocks, options.compression)
-            })
-            .collect();
-        for batch in batches {
-            let (blocks, max_raw) = batch?;
-            max_block_bytes = max_block_bytes.max(max_raw);
-            for block in blocks {
-                if let Some(mut prev) = pending.take() {
-                    let end = at + prev.len() as u64;
-                    let grow = padding_after(end, block.len(), quantum, options);
-                    append(&mut prev, grow, &mut at)?;
+    }
+
+    /// Encodes and appends the blocks of `by_slot` (the next slots of the
+    /// piece, starting on a block boundary; `k` a block, the last block
+    /// possibly short), whose entries are indices into `entries`.
+    pub(super) fn write<S: EntrySource + ?Sized>(
+        &mut self,
+        file: &mut dyn WritableFile,
+        entries: &S,
+        by_slot: &[u32],
+        k: usize,
+    ) -> Result<()> {
+        let block_count = by_slot.len().div_ceil(k);
+        let window = BLOCKS_PER_BATCH * BATCHES_PER_THREAD * rayon::current_num_threads();
+        for first in (0..block_count).step_by(window) {
+            let last = (first + window).min(block_count);
+            let batches: Vec<Result<(Vec<Vec<u8>>, usize)>> = (first..last)
+                .step_by(BLOCKS_PER_BATCH)
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|batch_first| {
+                    let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
+                    encode_batch(entries, by_slot, k, blocks, self.options.compression)
+                })
+                .collect();
+            for batch in batches {
+                let (blocks, max_raw) = batch?;
+                self.max_block_bytes = self.max_block_bytes.max(max_raw);
+                for block in blocks {
+                    if let Some(prev) = self.pending.take() {
+                        self.append(file, prev, block.len())?;
+                    }
+                    self.pending = Some(block);
                 }
-                pending = Some(block);
             }
         }
+        Ok(())
     }
-    if let Some(mut prev) = pending {
-        let end = at + prev.len() as u64;
-        // No block follows: only the quantum applies.
-        let grow = padding_after(end, 0, quantum, options);
-        append(&mut prev, grow, &mut at)?;
+
+    /// Appends `block`, padded for a next block of `next_len` bytes.
+    fn append(
+        &mut self,
+        file: &mut dyn WritableFile,
+        mut block: Vec<u8>,
+        next_len: usize,
+    ) -> Result<()> {
+        let end = self.at + block.len() as u64;
+        let grow = padding_after(end, next_len, self.quantum, self.options);
+        if grow > 0 {
+            pad_block(&mut block, grow);
+        }
+        self.starts.push(self.at);
+        self.at += block.len() as u64;
+        file.append(&block)
     }
-    starts.push(at);
-    Ok((starts, max_block_bytes))
+
+    /// Appends the last block; returns each block's start plus the end of
+    /// the last one, and the largest decompressed block.
+    pub(super) fn finish(mut self, file: &mut dyn WritableFile) -> Result<(Vec<u64>, usize)> {
+        if let Some(prev) = self.pending.take() {
+            // No block follows: only the quantum applies.
+            self.append(file, prev, 0)?;
+        }
+        self.starts.push(self.at);
+        Ok((self.starts, self.max_block_bytes))
+    }
 }
 
 /// Encodes `blocks`, each into its own buffer. Entries are visited in slot
 /// order, which is random in memory: their cache lines are prefetched one
 /// block ahead.
-fn encode_batch<E: AsEntry>(
-    entries: &[E],
+fn encode_batch<S: EntrySource + ?Sized>(
+    entries: &S,
     by_slot: &[u32],
     k: usize,
     blocks: std::ops::Range<usize>,
     compression: Compression,
 ) -> Result<(Vec<Vec<u8>>, usize)> {
-    let slots_of = |b: usize| {
+    let slots_of = |b: usize| -> Result<Vec<Option<EntryRef<'_>>>> {
         by_slot[b * k..((b + 1) * k).min(by_slot.len())]
             .iter()
-            .map(|&i| (i != NONE).then(|| entries[i as usize].as_entry()))
-            .collect::<Vec<_>>()
+            .map(|&i| match i {
+                NONE => Ok(None),
+                i => entries
+                    .entry(i)
+                    .map(Some)
+                    .ok_or_else(|| Error::Internal(format!("entry {i} of a piece is not at hand"))),
+            })
+            .collect()
     };
     let mut out = Vec::with_capacity(blocks.len());
     let (mut lz4_scratch, mut max_raw) = (Vec::new(), 0);
-    let mut next = slots_of(blocks.start);
+    let mut next = slots_of(blocks.start)?;
     for b in blocks.clone() {
         let slots = std::mem::take(&mut next);
         if b + 1 < blocks.end {
-            next = slots_of(b + 1);
+            next = slots_of(b + 1)?;
             for e in next.iter().flatten() {
                 prefetch(e.key.as_ptr());
                 if let Some(v) = e.value {

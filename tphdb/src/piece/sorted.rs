@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{AsEntry, Entry};
+use super::entry::{Entry, EntryShape};
 use super::format::PieceProperties;
 use super::reader::PieceReader;
 use super::writer::Sink;
@@ -28,7 +28,7 @@ const FLAG_TOMBSTONE: u8 = 1;
 /// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
 /// chunk index of `entries` listed in `key_order`, where `slot_of[i]` is the
 /// slot of entry `i`.
-pub(crate) fn encode_key_index<E: AsEntry>(
+pub(crate) fn encode_key_index<E: EntryShape>(
     entries: &[E],
     key_order: &[u32],
     slot_of: &[u32],
@@ -42,17 +42,22 @@ pub(crate) fn encode_key_index<E: AsEntry>(
     for chunk in key_order.chunks(SAMPLE_INTERVAL) {
         chunks.clear();
         offsets.push(written);
-        first_keys.push(entries[chunk[0] as usize].as_entry().key);
+        first_keys.push(entries[chunk[0] as usize].key());
         let mut prev: &[u8] = &[];
         for &i in chunk {
-            let e = entries[i as usize].as_entry();
-            let shared = prev.iter().zip(e.key).take_while(|(a, b)| a == b).count();
-            chunks.push(if e.value.is_none() { FLAG_TOMBSTONE } else { 0 });
+            let e = &entries[i as usize];
+            let key = e.key();
+            let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
+            chunks.push(if e.value_len().is_none() {
+                FLAG_TOMBSTONE
+            } else {
+                0
+            });
             chunks.put_varint(shared as u64);
-            chunks.put_varint((e.key.len() - shared) as u64);
-            chunks.extend_from_slice(&e.key[shared..]);
+            chunks.put_varint((key.len() - shared) as u64);
+            chunks.extend_from_slice(&key[shared..]);
             chunks.put_u32(slot_of[i as usize]);
-            prev = e.key;
+            prev = key;
         }
         let crc = crc32c::crc32c(&chunks);
         chunks.put_u32(crc);

@@ -5,9 +5,9 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
-use super::entry::{AsEntry, EntryRef};
+use super::entry::{check_lengths, EntryRef, EntryShape, EntrySource};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
-use super::layout::{block_quantum, write_blocks};
+use super::layout::{block_quantum, BlockWriter};
 use super::sorted::encode_key_index;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
@@ -16,7 +16,7 @@ use crate::phf::{Phf, PhfConfig, PhfKind};
 use crate::util::codec::PutExt;
 
 /// Section ids from here on are free for callers (see
-/// [`write_piece_with_sections`]).
+/// [`write_piece_in_passes`]).
 pub(crate) const FIRST_EXTRA_SECTION: u32 = 16;
 
 /// One key in this many is kept as a sample for seeks (paper §3.3).
@@ -78,32 +78,55 @@ pub fn write_piece_hashed(
     hashes: &[u64],
     options: &PieceOptions,
 ) -> Result<PieceProperties> {
-    write_piece_with_sections(fs, path, entries, hashes, options, &[])
+    write_piece_in_passes(fs, path, entries, hashes, options, &[], 1, &mut |_| {
+        Ok(entries)
+    })
 }
 
-/// [`write_piece_hashed`] plus caller-defined sections (ids of
-/// [`FIRST_EXTRA_SECTION`] and up) stored and checksummed like the others;
-/// a TPH's head piece carries its global index this way.
-pub(crate) fn write_piece_with_sections<E: AsEntry>(
+/// The entries of one pass of [`write_piece_in_passes`]: handed the run of
+/// slots the pass writes (entry indices, [`NONE`] for an empty slot),
+/// returns where to find those entries whole: the entries the piece was
+/// planned from, or its blocks will not match its other sections.
+pub(crate) type LoadPass<'a, S> = &'a mut dyn FnMut(&[u32]) -> Result<S>;
+
+/// Writes a piece of `entries` (with their `hashes`, as
+/// [`write_piece_hashed`]) whose values need not be at hand: the piece is
+/// planned from their shapes (key, sequence number, value length), then its
+/// blocks are written in `passes` runs of slots, each from the entries
+/// `load` finds for it, so that about `1 / passes` of the values are held
+/// at a time; the file is the same for any number of passes.
+/// `extra_sections` (ids of [`FIRST_EXTRA_SECTION`] and up) are stored and
+/// checksummed like the others: a TPH's head piece carries its global
+/// index this way.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     fs: &dyn FileSystem,
     path: &Path,
     entries: &[E],
     hashes: &[u64],
     options: &PieceOptions,
     extra_sections: &[(u32, &[u8])],
+    passes: usize,
+    load: LoadPass<'_, S>,
 ) -> Result<PieceProperties> {
     check_inputs(entries, hashes, options, extra_sections)?;
     let key_order = sorted_order(entries)?;
     let phf = Phf::build(options.phf_kind, hashes, &options.phf)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
-    let encoded_bytes: usize = entries.par_iter().map(|e| e.as_entry().encoded_len()).sum();
+    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
     let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
     let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
-    let (starts, max_block_bytes) =
-        write_blocks(file.as_mut(), entries, &slots.by_slot, k, quantum, options)?;
+    let block_count = slots.by_slot.len().div_ceil(k);
+    let mut blocks = BlockWriter::new(file.len(), block_count, quantum, options);
+    let slots_per_pass = block_count.div_ceil(passes.max(1)).max(1) * k;
+    for run in slots.by_slot.chunks(slots_per_pass) {
+        let source = load(run)?;
+        blocks.write(file.as_mut(), &source, run, k)?;
+    }
+    let (starts, max_block_bytes) = blocks.finish(file.as_mut())?;
     let props = properties(
         entries,
         &phf,
@@ -146,7 +169,7 @@ pub(crate) fn write_piece_with_sections<E: AsEntry>(
 }
 
 /// Refuses inputs a piece cannot hold, before anything is written.
-fn check_inputs<E: AsEntry>(
+fn check_inputs<E: EntryShape>(
     entries: &[E],
     hashes: &[u64],
     options: &PieceOptions,
@@ -178,7 +201,9 @@ fn check_inputs<E: AsEntry>(
             entries.len()
         )));
     }
-    entries.par_iter().try_for_each(|e| e.as_entry().validate())
+    entries
+        .par_iter()
+        .try_for_each(|e| check_lengths(e.key().len(), e.value_len()))
 }
 
 /// Which entry each slot holds. Keys that share a 64-bit hash share a slot,
@@ -247,7 +272,7 @@ impl SlotLayout {
 }
 
 /// The properties section's numbers.
-fn properties<E: AsEntry>(
+fn properties<E: EntryShape>(
     entries: &[E],
     phf: &Phf,
     slots: &SlotLayout,
@@ -267,26 +292,26 @@ fn properties<E: AsEntry>(
         max_block_bytes: max_block_bytes as u64,
         compression: options.compression,
         key_hash_seed: KEY_HASH_SEED,
-        min_seq: entries.iter().map(|e| e.as_entry().seq).min().unwrap_or(0),
-        max_seq: entries.iter().map(|e| e.as_entry().seq).max().unwrap_or(0),
+        min_seq: entries.iter().map(|e| e.seq()).min().unwrap_or(0),
+        max_seq: entries.iter().map(|e| e.seq()).max().unwrap_or(0),
         ..PieceProperties::default()
     };
     for e in entries {
-        let e = e.as_entry();
-        props.tombstone_count += e.value.is_none() as u64;
-        props.key_bytes += e.key.len() as u64;
-        props.value_bytes += e.value.map_or(0, |v| v.len() as u64);
+        let value = e.value_len();
+        props.tombstone_count += value.is_none() as u64;
+        props.key_bytes += e.key().len() as u64;
+        props.value_bytes += value.unwrap_or(0) as u64;
     }
     props
 }
 
 /// The key-hash section: both hashes of every entry, sorted, so that
 /// membership is a binary search. Handed to `sink` a buffer at a time.
-fn write_hashes<E: AsEntry>(entries: &[E], hashes: &[u64], sink: Sink<'_>) -> Result<()> {
+fn write_hashes<E: EntryShape>(entries: &[E], hashes: &[u64], sink: Sink<'_>) -> Result<()> {
     let mut pairs: Vec<(u64, u64)> = entries
         .par_iter()
         .zip(hashes)
-        .map(|(e, &h)| (h, key_hash2(e.as_entry().key)))
+        .map(|(e, &h)| (h, key_hash2(e.key())))
         .collect();
     pairs.par_sort_unstable();
     let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
@@ -360,29 +385,144 @@ impl Sections {
 }
 
 /// Entry indices in key order; rejects repeated keys.
-fn sorted_order<E: AsEntry>(entries: &[E]) -> Result<Vec<u32>> {
+fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Vec<u32>> {
     let mut order: Vec<u32> = (0..entries.len() as u32).collect();
     // Flushes and compactions hand over sorted, distinct keys: one pass.
-    if entries
-        .windows(2)
-        .all(|w| w[0].as_entry().key < w[1].as_entry().key)
-    {
+    if entries.windows(2).all(|w| w[0].key() < w[1].key()) {
         return Ok(order);
     }
-    order.par_sort_unstable_by(|&a, &b| {
-        entries[a as usize]
-            .as_entry()
-            .key
-            .cmp(entries[b as usize].as_entry().key)
-    });
+    order.par_sort_unstable_by(|&a, &b| entries[a as usize].key().cmp(entries[b as usize].key()));
     if let Some(w) = order
         .windows(2)
-        .find(|w| entries[w[0] as usize].as_entry().key == entries[w[1] as usize].as_entry().key)
+        .find(|w| entries[w[0] as usize].key() == entries[w[1] as usize].key())
     {
         return Err(Error::InvalidArgument(format!(
             "key {:?} appears twice in one piece",
-            String::from_utf8_lossy(entries[w[0] as usize].as_entry().key)
+            String::from_utf8_lossy(entries[w[0] as usize].key())
         )));
     }
     Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::fs::{MemFs, ReadMode};
+    use crate::piece::PieceReader;
+
+    type Data = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+    /// Entries of mixed sizes, some tombstones, two sharing a key hash.
+    fn entries() -> (Data, Vec<u64>) {
+        let data: Data = (0..3000u32)
+            .map(|i| {
+                let value = (i % 17 != 0).then(|| vec![i as u8; (i as usize * 37) % 1500]);
+                (
+                    format!("key{:08}", i.wrapping_mul(2_654_435_761)).into_bytes(),
+                    value,
+                )
+            })
+            .collect();
+        let mut hashes: Vec<u64> = data.iter().map(|(k, _)| key_hash(k)).collect();
+        hashes[7] = hashes[1500];
+        (data, hashes)
+    }
+
+    fn refs(data: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<EntryRef<'_>> {
+        data.iter()
+            .map(|(k, v)| EntryRef {
+                key: k,
+                value: v.as_deref(),
+                seq: k.len() as u64 + 9,
+            })
+            .collect()
+    }
+
+    /// The entries of a run, found by index as a pass's loader would.
+    struct Found<'a>(HashMap<u32, EntryRef<'a>>);
+
+    impl EntrySource for Found<'_> {
+        fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
+            self.0.get(&i).copied()
+        }
+    }
+
+    #[test]
+    fn a_piece_written_in_passes_is_the_piece_written_whole() {
+        let (data, hashes) = entries();
+        let entries = refs(&data);
+        for align_blocks in [false, true] {
+            let options = PieceOptions {
+                align_blocks,
+                ..PieceOptions::default()
+            };
+            let fs = MemFs::new();
+            let whole = Path::new("/whole.ph");
+            write_piece_hashed(&fs, whole, &entries, &hashes, &options).unwrap();
+            let expected = fs.read_file(whole).unwrap();
+            for passes in [1, 2, 3, 7, 5000] {
+                let path = Path::new("/passes.ph");
+                let mut runs = 0;
+                write_piece_in_passes(
+                    &fs,
+                    path,
+                    &entries,
+                    &hashes,
+                    &options,
+                    &[],
+                    passes,
+                    &mut |run| {
+                        runs += 1;
+                        let found = run
+                            .iter()
+                            .filter(|&&i| i != NONE)
+                            .map(|&i| (i, entries[i as usize]));
+                        Ok(Found(found.collect()))
+                    },
+                )
+                .unwrap();
+                assert!(
+                    runs <= passes && (runs == 1) == (passes == 1),
+                    "{runs} runs"
+                );
+                assert!(fs.read_file(path).unwrap() == expected, "{passes} passes");
+            }
+            let r = PieceReader::open(&fs, whole, ReadMode::Pread).unwrap();
+            // Key 7 was given another key's hash.
+            for (k, v) in data
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != 7)
+                .map(|(_, e)| e)
+            {
+                assert_eq!(r.get(k).unwrap().unwrap().value.as_deref(), v.as_deref());
+            }
+        }
+    }
+
+    #[test]
+    fn a_pass_without_an_entry_fails_the_write() {
+        let (data, hashes) = entries();
+        let entries = refs(&data);
+        let fs = MemFs::new();
+        let result = write_piece_in_passes(
+            &fs,
+            Path::new("/p.ph"),
+            &entries,
+            &hashes,
+            &PieceOptions::default(),
+            &[],
+            3,
+            &mut |run| {
+                let found = run
+                    .iter()
+                    .filter(|&&i| i != NONE && i != 2999)
+                    .map(|&i| (i, entries[i as usize]));
+                Ok(Found(found.collect()))
+            },
+        );
+        assert!(matches!(result, Err(Error::Internal(_))), "{result:?}");
+    }
 }

@@ -6,6 +6,7 @@
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use super::fold::Written;
 use super::merge::DeltaEntry;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
@@ -189,7 +190,7 @@ pub(super) struct LiveKeys<'a> {
     /// Base pieces that stay, by base index, and their live counts.
     pub(super) remaining: &'a [usize],
     pub(super) live_counts: &'a [u64],
-    pub(super) written: &'a [DeltaEntry],
+    pub(super) written: &'a [Written],
     /// Live keys found in each remaining piece by the passes so far.
     pub(super) found: Vec<u64>,
 }
@@ -246,8 +247,8 @@ impl LiveKeys<'_> {
             }
         }
         let new_field = self.remaining.len() as u32 + 1;
-        for e in self.written.iter().filter(|e| hashes.contains(&e.h)) {
-            f(e.h, e.h2, new_field);
+        for e in self.written.iter().filter(|e| hashes.contains(&e.h())) {
+            f(e.h(), e.h2(), new_field);
         }
         Ok(())
     }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::base::{held_hashes, route, supersede, LiveKeys, Superseded};
+use super::base::{held_hashes, supersede, LiveKeys};
+use super::fold::{carry_victims, load_pass, Written};
 use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::meta::{
     IndexFormat, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
@@ -23,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
 use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
-use crate::piece::{write_piece_with_sections, AsEntry, EntryRef, PieceOptions};
+use crate::piece::{write_piece_in_passes, AsEntry, EntryRef, EntryShape, PieceOptions};
 
 /// An entry moving into a TPH.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,6 +90,10 @@ pub(crate) struct MergeContext<'a> {
     /// live entries fit this memory (at least one), not those
     /// `max_pieces` and `min_live_ratio` choose.
     pub(crate) gc_input_bytes: Option<u64>,
+    /// Values of folded entries a merge holds at once: past it, the new
+    /// piece is written in several passes, each reading its share of the
+    /// folded pieces again (the job's input memory).
+    pub(crate) fold_memory_bytes: u64,
     /// File number for the new head piece.
     pub(crate) new_number: u64,
     /// Memory the global index build may hold: past it the fuse is built
@@ -172,11 +177,12 @@ pub(crate) enum MergeOutcome {
 /// value: in the inputs, the merged list and a partition's.
 pub(crate) const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
-/// Memory: the delta and what the new piece writes (the job's input), one
-/// bit per slot of the base index and per entry of the base pieces that
-/// stay, and the new index as it is built;
-/// the base's keys are streamed from its pieces' key-hash sections, and the
-/// perfect hash is built holding at most `index_batch_keys` hashes.
+/// Memory: the delta (the job's input), the folded pieces' live entries
+/// (whole within `fold_memory_bytes`, else their shapes and a pass's share
+/// of their values), the replaced keys of the base pieces that stay, and
+/// the new index as it is built; the base's keys are streamed from its
+/// pieces' key-hash sections, and the fuse is built a batch of chunks at a
+/// time within `index_memory_bytes`.
 pub(crate) fn merge(
     ctx: &MergeContext<'_>,
     base: Option<&Tph>,
@@ -224,9 +230,16 @@ pub(crate) fn merge(
     if !changed {
         return Ok(MergeOutcome::Unchanged);
     }
-    let carried = match base {
-        Some(b) => carry_victims(b, &victim, &superseded, &mut stats)?,
-        None => Vec::new(),
+    let (carried, passes) = match base {
+        Some(b) => carry_victims(
+            b,
+            &victim,
+            &live_counts,
+            &superseded,
+            ctx.fold_memory_bytes,
+            &mut stats,
+        )?,
+        None => (Vec::new(), 1),
     };
     stats.pieces_dropped = live_counts.iter().filter(|&&l| l == 0).count() as u64;
     let remaining: Vec<usize> = (0..base_pieces.len())
@@ -234,14 +247,15 @@ pub(crate) fn merge(
         .collect();
 
     let carried_bytes = encoded_bytes(&carried);
-    let mut written = delta;
+    // In place: a written entry is the size of a delta entry.
+    let mut written: Vec<Written> = delta.into_iter().map(Written::Held).collect();
     written.reserve_exact(carried.len());
     written.extend(carried);
     if ctx.bottom {
         let pieces: Vec<&Arc<PieceFile>> = remaining.iter().map(|&i| &base_pieces[i]).collect();
         drop_bottom_tombstones(&mut written, &pieces, &mut stats)?;
     }
-    written.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    written.sort_unstable_by(|a, b| a.key().cmp(b.key()));
 
     let obsolete = obsolete_files(base, &dead, &victim, &remaining);
     let mut live = LiveKeys {
@@ -259,7 +273,7 @@ pub(crate) fn merge(
     debug_assert_eq!(meta.live_total(), live.count());
     let sections = build_index_sections(ctx, &meta, &mut live, &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
-    let (head, index) = write_head(ctx, &meta, &written, sections)?;
+    let (head, index) = write_head(ctx, base, &meta, &written, passes, sections, &mut stats)?;
     // The rest of the piece is its entries and their indexes: the delta's
     // share and the folds', by their entries' sizes.
     let data = head.file_bytes().saturating_sub(index_bytes);
@@ -290,11 +304,8 @@ pub(crate) fn merge(
 }
 
 /// Bytes `entries` take encoded in a piece.
-fn encoded_bytes(entries: &[DeltaEntry]) -> u64 {
-    entries
-        .iter()
-        .map(|e| e.entry_ref().encoded_len() as u64)
-        .sum()
+fn encoded_bytes<E: EntryShape>(entries: &[E]) -> u64 {
+    entries.iter().map(|e| e.encoded_len() as u64).sum()
 }
 
 /// How many more pieces than `max_pieces` a TPH above the bottom may keep.
@@ -329,53 +340,17 @@ fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) 
         .clamp(ctx.max_pieces.min(most), most)
 }
 
-/// The live entries of the victim pieces that the delta does not replace:
-/// they move into the new piece.
-fn carry_victims(
-    base: &Tph,
-    victim: &[bool],
-    superseded: &Superseded,
-    stats: &mut MergeStats,
-) -> Result<Vec<DeltaEntry>> {
-    let mut carried = Vec::new();
-    for (i, p) in base.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {
-        stats.fold_bytes_read += p.properties().data_bytes;
-        stats.pieces_folded += 1;
-        for e in p.iter() {
-            let e = e?;
-            let h = key_hash(&e.key);
-            let h2 = key_hash2(&e.key);
-            let still_live = route(base, h, h2).is_some_and(|(exception, piece)| {
-                piece == i && !superseded.contains(piece, exception, h, h2)
-            });
-            if still_live {
-                // Copied: a slice would keep the whole read buffer alive
-                // (or, mapped, every page of the victim resident) for as
-                // long as the merge holds the entry.
-                carried.push(DeltaEntry {
-                    key: Bytes::copy_from_slice(&e.key),
-                    value: e.value.as_deref().map(Bytes::copy_from_slice),
-                    seq: e.seq,
-                    h,
-                    h2,
-                });
-            }
-        }
-    }
-    Ok(carried)
-}
-
 /// At the bottom a tombstone goes once no remaining piece holds its hash:
 /// nothing older lies below for it to hide.
 fn drop_bottom_tombstones(
-    written: &mut Vec<DeltaEntry>,
+    written: &mut Vec<Written>,
     remaining: &[&Arc<PieceFile>],
     stats: &mut MergeStats,
 ) -> Result<()> {
     let mut tombstones: Vec<u64> = written
         .iter()
-        .filter(|e| e.value.is_none())
-        .map(|e| e.h)
+        .filter(|e| e.is_tombstone())
+        .map(Written::h)
         .collect();
     if tombstones.is_empty() {
         return Ok(());
@@ -385,7 +360,7 @@ fn drop_bottom_tombstones(
     let held = held_hashes(remaining, &tombstones, stats)?;
     let is_held = |h: u64| tombstones.binary_search(&h).is_ok_and(|i| held[i]);
     let before = written.len();
-    written.retain(|e| e.value.is_some() || is_held(e.h));
+    written.retain(|e| !e.is_tombstone() || is_held(e.h()));
     stats.tombstones_dropped = (before - written.len()) as u64;
     Ok(())
 }
@@ -444,23 +419,31 @@ fn new_meta(
 }
 
 /// Writes the new head piece (the written entries and the index sections)
-/// and opens it; returns it and the index it carries.
+/// in `passes` runs of slots, and opens it; returns it and the index it
+/// carries.
+#[allow(clippy::too_many_arguments)]
 fn write_head(
     ctx: &MergeContext<'_>,
+    base: Option<&Tph>,
     meta: &TphMeta,
-    written: &[DeltaEntry],
+    written: &[Written],
+    passes: usize,
     sections: [(u32, Vec<u8>); 3],
+    stats: &mut MergeStats,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let hashes: Vec<u64> = written.iter().map(|e| e.h).collect();
+    let hashes: Vec<u64> = written.iter().map(Written::h).collect();
+    let folded = written.iter().any(|e| matches!(e, Written::Folded(_)));
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
-    let write_result = write_piece_with_sections(
+    let write_result = write_piece_in_passes(
         ctx.fs.as_ref(),
         &path,
         written,
         &hashes,
         ctx.piece_options,
         &extra,
+        passes,
+        &mut |run| load_pass(base, written, folded, run, stats),
     );
     if let Err(e) = write_result {
         let _ = ctx.fs.remove(&path);

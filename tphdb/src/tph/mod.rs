@@ -13,6 +13,7 @@
 
 mod base;
 mod cursor;
+mod fold;
 mod index;
 mod merge;
 mod meta;

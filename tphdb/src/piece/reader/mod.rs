@@ -337,7 +337,7 @@ impl PieceReader {
         self.file.done_with(0, self.file.len() as usize);
     }
 
-    /// A caller-defined section (see `write_piece_with_sections`), verified,
+    /// A caller-defined section (see `write_piece_in_passes`), verified,
     /// in memory of its own (see [`read_section`]).
     pub(crate) fn extra_section(&self, id: u32) -> Result<Option<Bytes>> {
         let Some(s) = self.sections.iter().find(|s| s.id == id) else {

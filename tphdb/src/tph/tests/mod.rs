@@ -29,6 +29,8 @@ struct Harness {
     /// Passed to merges as `MergeContext::pinned` and `carried_down`.
     pinned: Vec<u64>,
     carried_down: Vec<u64>,
+    /// `MergeContext::fold_memory_bytes`: small, folds write in passes.
+    fold_memory_bytes: u64,
     options: PieceOptions,
     reads: PieceReads,
 }
@@ -49,6 +51,7 @@ impl Harness {
             push_past_bytes: None,
             pinned: Vec::new(),
             carried_down: Vec::new(),
+            fold_memory_bytes: u64::MAX,
             options: PieceOptions {
                 page_size: 256,
                 // Small segments; global indexes are built a few chunks at
@@ -92,6 +95,7 @@ impl Harness {
             push_past_bytes: self.push_past_bytes,
             min_live_ratio: 0.2,
             gc_input_bytes: None,
+            fold_memory_bytes: self.fold_memory_bytes,
             new_number: self.next_number,
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
             hashes: 0..=u64::MAX,
@@ -279,8 +283,10 @@ proptest! {
         batches in ops_strategy(),
         bottom in any::<bool>(),
         max_pieces in prop_oneof![Just(1usize), Just(2), Just(4), Just(16)],
+        fold_memory_bytes in prop_oneof![Just(u64::MAX), Just(1u64), Just(8 << 10)],
     ) {
         let mut h = Harness::new(bottom, max_pieces);
+        h.fold_memory_bytes = fold_memory_bytes;
         for b in &batches {
             h.merge(b);
             h.check();
@@ -302,8 +308,14 @@ fn colliding_hashes_stay_exact() {
     set_hash_bits(6);
     pool.install(|| {
         let mut rng = fastrand::Rng::with_seed(3);
-        for (bottom, max_pieces) in [(false, 4), (true, 2), (true, 16)] {
+        for (bottom, max_pieces, fold_memory_bytes) in [
+            (false, 4, u64::MAX),
+            (true, 2, u64::MAX),
+            (true, 16, u64::MAX),
+            (true, 2, 1),
+        ] {
             let mut h = Harness::new(bottom, max_pieces);
+            h.fold_memory_bytes = fold_memory_bytes;
             for round in 0..12 {
                 let mut ops = BTreeMap::new();
                 for _ in 0..rng.usize(1..60) {
@@ -574,3 +586,5 @@ fn a_pass_over_a_few_partitions_reads_only_their_blocks() {
     // Finding them took the key hashes, 16 bytes an entry.
     assert_eq!(pass.hash_bytes_read, 2000 * 16);
 }
+
+mod fold;
