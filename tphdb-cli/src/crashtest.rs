@@ -48,6 +48,11 @@ pub struct Workload {
     /// Operations per thread and cycle at most (the child then idles).
     #[arg(long, default_value_t = 200_000)]
     max_ops: u64,
+    /// Compaction memory in KiB (0: the default): small, so that large
+    /// merges run in passes over partitions and large folds in passes over
+    /// their piece's slots.
+    #[arg(long, default_value_t = 0)]
+    compaction_memory_kb: usize,
 }
 
 #[derive(Args)]
@@ -152,6 +157,10 @@ fn options(w: &Workload) -> Options {
         write_buffer_bytes: w.write_buffer_kb << 10,
         tph_target_bytes: (4 * w.write_buffer_kb as u64) << 10,
         background_threads: 2,
+        compaction_memory_bytes: match w.compaction_memory_kb {
+            0 => Options::default().compaction_memory_bytes,
+            kb => kb << 10,
+        },
         ..Options::default()
     }
 }
@@ -384,6 +393,8 @@ pub fn run(a: CrashtestArgs) -> Result<(), BoxError> {
                 &w.write_buffer_kb.to_string(),
                 "--max-ops",
                 &w.max_ops.to_string(),
+                "--compaction-memory-kb",
+                &w.compaction_memory_kb.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(File::create(&stderr_path)?)
@@ -438,6 +449,7 @@ mod tests {
             sync_every: 2,
             write_buffer_kb: 64,
             max_ops: 1000,
+            compaction_memory_kb: 0,
         }
     }
 

@@ -63,9 +63,10 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         scan_io_threads: 4,
         // Pread mode caches blocks: small enough to evict while tests run.
         block_cache_bytes: 8 << 10,
-        // Leveled mode merges level 0 and push-downs in several passes over
-        // partition ranges; the others in one.
-        compaction_memory_bytes: if matches!(mode, Mode::Leveled) {
+        // Leveled and collected modes merge level 0 and push-downs in
+        // several passes over partition ranges, and write folds (GC folds
+        // too) in passes over slot ranges; the others in one.
+        compaction_memory_bytes: if matches!(mode, Mode::Leveled | Mode::Collected) {
             1 << 10
         } else {
             Options::default().compaction_memory_bytes

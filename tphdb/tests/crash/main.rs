@@ -33,6 +33,9 @@ fn options(fs: &FaultFs) -> Options {
         manifest_max_bytes: 2 << 10,
         background_threads: 2,
         page_size_bytes: 512,
+        // 1.5 KiB of input a job: larger folds write their piece in passes
+        // and larger level-0 merges run over ranges of partitions.
+        compaction_memory_bytes: 6 << 10,
         ..Options::default()
     }
 }
