@@ -23,6 +23,10 @@ pub(crate) enum Written {
     Folded(FoldedEntry),
 }
 
+// A merge turns its delta list into its written list in place, which
+// needs the two entries to be the same size.
+const _: () = assert!(std::mem::size_of::<Written>() == std::mem::size_of::<DeltaEntry>());
+
 /// A folded piece's live entry without its value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FoldedEntry {
