@@ -119,21 +119,12 @@ pub(super) fn carry_victims(
             if !still_live {
                 continue;
             }
-            // Copied: a slice would keep the whole read buffer alive (or,
-            // mapped, every page of the victim resident) for as long as
-            // the merge holds the entry.
-            let key = Bytes::copy_from_slice(&e.key);
             carried.push(if held {
-                Written::Held(DeltaEntry {
-                    key,
-                    value: e.value.as_deref().map(Bytes::copy_from_slice),
-                    seq: e.seq,
-                    h,
-                    h2,
-                })
+                Written::Held(DeltaEntry::copied(&e, h, h2))
             } else {
                 Written::Folded(FoldedEntry {
-                    key,
+                    // Copied, like a held entry's (see `DeltaEntry::copied`).
+                    key: Bytes::copy_from_slice(&e.key),
                     seq: e.seq,
                     h,
                     h2,
@@ -193,16 +184,7 @@ pub(super) fn load_pass<'a>(
                     .take_while(|w| w.1 == h)
                     .find(|w| w.2 == h2)
                 {
-                    loaded.push((
-                        w.3,
-                        DeltaEntry {
-                            key: Bytes::copy_from_slice(&e.key),
-                            value: e.value.as_deref().map(Bytes::copy_from_slice),
-                            seq: e.seq,
-                            h,
-                            h2,
-                        },
-                    ));
+                    loaded.push((w.3, DeltaEntry::copied(&e, h, h2)));
                 }
             }
         }

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
 use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
-use crate::piece::{write_piece_in_passes, AsEntry, EntryRef, EntryShape, PieceOptions};
+use crate::piece::{write_piece_in_passes, AsEntry, Entry, EntryRef, EntryShape, PieceOptions};
 
 /// An entry moving into a TPH.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +53,20 @@ impl DeltaEntry {
             key,
             value,
             seq,
+        }
+    }
+
+    /// `e`, read from a piece, with its hashes `h` and `h2`. Key and value
+    /// are copied: slices would keep the whole read buffer alive (or,
+    /// mapped, every page of the piece resident) for as long as the merge
+    /// holds the entry.
+    pub(crate) fn copied(e: &Entry, h: u64, h2: u64) -> DeltaEntry {
+        DeltaEntry {
+            key: Bytes::copy_from_slice(&e.key),
+            value: e.value.as_deref().map(Bytes::copy_from_slice),
+            seq: e.seq,
+            h,
+            h2,
         }
     }
 

@@ -532,13 +532,7 @@ impl Tph {
             let mut keep = |e: Entry| {
                 let h = key_hash(&e.key);
                 if hashes.contains(&h) && self.index.route(&e.key, h) == Some(i) {
-                    out.push(DeltaEntry {
-                        key: Bytes::copy_from_slice(&e.key),
-                        value: e.value.as_deref().map(Bytes::copy_from_slice),
-                        seq: e.seq,
-                        h,
-                        h2: key_hash2(&e.key),
-                    });
+                    out.push(DeltaEntry::copied(&e, h, key_hash2(&e.key)));
                 }
             };
             if whole {
