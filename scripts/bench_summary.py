@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Summarizes docs/benchmarks/*.json as Markdown tables: throughput of every
-engine per run, and tphdb's ratios to RocksDB (both setups). Used by
-scripts/benchmarks.sh; prints to standard output."""
+"""Summarizes the runs in docs/benchmarks as Markdown tables: throughput of
+every engine per run, and tphdb's ratios to RocksDB (both setups). Reads
+each run's <name>.summary.json, the committed digest of its JSON (the
+JSON itself is not committed), so that a run of a few workloads keeps the
+others' rows. Used by scripts/benchmarks.sh; prints to standard output.
+
+`bench_summary.py --digest RUN.json` prints the digest of one run."""
 
 import glob
 import json
@@ -9,6 +13,23 @@ import os
 import sys
 
 ENGINES = ["tphdb", "rocksdb", "rocksdb-tuned", "lmdb", "leveldb", "fjall", "redb", "pogreb"]
+# What the tables below read of an engine's result.
+FIELDS = [
+    "engine",
+    "ops_per_sec",
+    "read_ops_per_sec",
+    "p99_us",
+    "write_amp",
+    "read_amp",
+    "space_mb",
+    "peak_rss_mb",
+    "worst_second_x_median",
+    "error",
+]
+
+
+def digest(run):
+    return {"results": [{k: r[k] for k in FIELDS if r.get(k) is not None} for r in run["results"]]}
 
 
 def fmt(v):
@@ -25,12 +46,13 @@ def ratio(a, b):
 
 def main(out_dir, order):
     runs = []
+    suffix = ".summary.json"
     for name in order:
-        for path in [os.path.join(out_dir, f"{name}.json")] + sorted(
-            glob.glob(os.path.join(out_dir, f"{name}_*.json"))
+        for path in [os.path.join(out_dir, f"{name}{suffix}")] + sorted(
+            glob.glob(os.path.join(out_dir, f"{name}_*{suffix}"))
         ):
             if os.path.exists(path):
-                runs.append((os.path.basename(path)[:-5], json.load(open(path))))
+                runs.append((os.path.basename(path)[: -len(suffix)], json.load(open(path))))
     print("| run | " + " | ".join(ENGINES) + " | tphdb ÷ rocksdb | tphdb ÷ tuned |")
     print("|---" * (len(ENGINES) + 3) + "|")
     for name, run in runs:
@@ -70,4 +92,8 @@ def main(out_dir, order):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2].split())
+    if sys.argv[1] == "--digest":
+        json.dump(digest(json.load(open(sys.argv[2]))), sys.stdout, indent=1)
+        print()
+    else:
+        main(sys.argv[1], sys.argv[2].split())

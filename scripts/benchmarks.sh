@@ -2,9 +2,11 @@
 # Regenerates docs/benchmarks/: workloads on engines side by side, one run
 # per workload, each engine in a cgroup memory budget (page cache included)
 # smaller than the data, reading with O_DIRECT where the engine can. Writes
-# <workload><TAG>.txt (the table), .json and SVG plots, then rebuilds
+# <workload><TAG>.txt (the table), .json, .summary.json (what the summary
+# tables take of the JSON; the JSON is not committed), .settings, .commit
+# and SVG plots (<workload>-<plot><TAG>.svg), then rebuilds
 # docs/benchmarks/results.md from every table present, so runs with other
-# engines or sizes (TAG tells them apart) add to it. Needs root (cgroup)
+# engines or sizes (TAG tells them apart) add to it and keep the rest. Needs root (cgroup)
 # and scripts/setup-peers.sh. Settings are environment variables:
 #   KEYS (2000000) OPS (200000) MEMORY_MB (256) RUN_SECONDS (20)
 #   VALUE_SIZE (128) ENGINES (all) WORKLOADS (all) TAG (none; starts
@@ -35,22 +37,25 @@ flags=()
 [[ ${DIRECT:-1} != 0 ]] && flags+=(--direct-io)
 for w in $workloads; do
     echo "== $w$tag"
-    # The plots this run writes are the untagged ones newer than this.
-    touch "$work/.run-start"
+    # Plots go to a directory of their own first: written straight into
+    # $out, a tagged run's plots replaced the untagged run's.
+    plots="$work/plots"
+    rm -rf "$plots"
+    mkdir -p "$plots"
     # shellcheck disable=SC2086 # EXTRA is a list of flags
     ./target/release/tphdb bench "$w" --engines "$engines" --keys "$keys" --ops "$ops" \
         --value-size "$value_size" --seconds "$run_seconds" "${flags[@]}" \
-        --dir "$work" --json "$out/$w$tag.json" --plot "$out" ${EXTRA:-} | tee "$out/$w$tag.txt"
+        --dir "$work" --json "$out/$w$tag.json" --plot "$plots" ${EXTRA:-} | tee "$out/$w$tag.txt"
     git rev-parse --short HEAD > "$out/$w$tag.commit"
-    # The settings line of results.md, kept beside the table (the JSON is
-    # not committed).
+    # The settings line and summary rows of results.md, kept beside the
+    # table.
     python3 scripts/bench_settings.py "$out/$w$tag.json" > "$out/$w$tag.settings"
-    if [[ -n $tag ]]; then
-        for svg in "$out/$w"-*.svg; do
-            [[ -e $svg && $svg != *"$tag"* && $svg -nt "$work/.run-start" ]] &&
-                mv "$svg" "${svg%.svg}$tag.svg"
-        done
-    fi
+    python3 scripts/bench_summary.py --digest "$out/$w$tag.json" > "$out/$w$tag.summary.json"
+    for svg in "$plots"/*.svg; do
+        [[ -e $svg ]] || continue
+        base=$(basename "$svg" .svg)
+        mv "$svg" "$out/$base$tag.svg"
+    done
 done
 
 # One section per table present, in the order of $all_workloads.

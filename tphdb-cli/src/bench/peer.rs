@@ -82,6 +82,14 @@ pub struct PeerArgs {
     /// tphdb: memtable size in MiB.
     #[arg(long)]
     pub write_buffer_mb: Option<usize>,
+    /// tphdb: frozen memtables waiting for flush before writers stall
+    /// (`Options::max_immutable_memtables`).
+    #[arg(long)]
+    pub max_immutable_memtables: Option<usize>,
+    /// tphdb: memory of flushes' and compactions' inputs and outputs in MiB
+    /// (`Options::compaction_memory_bytes`).
+    #[arg(long)]
+    pub compaction_memory_mb: Option<usize>,
     /// tphdb: TPH target size in MiB.
     #[arg(long)]
     pub tph_target_mb: Option<u64>,
@@ -169,6 +177,8 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                 memory_mb: a.memory_mb,
                 tphdb: TphdbSettings {
                     write_buffer_mb: a.write_buffer_mb,
+                    max_immutable_memtables: a.max_immutable_memtables,
+                    compaction_memory_mb: a.compaction_memory_mb,
                     tph_target_mb: a.tph_target_mb,
                     fanout: a.fanout,
                     signature_bits: a.signature_bits,

@@ -71,24 +71,38 @@ pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
 }
 
 /// Splits a sorted delta by partition of a level with `partitions` TPHs,
-/// each part allocated at its exact size.
-pub(super) fn split(delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    for e in &delta {
-        *counts.entry(partition_of(e.h, partitions)).or_default() += 1;
-    }
-    let mut parts: BTreeMap<u64, Vec<DeltaEntry>> = counts
-        .into_iter()
-        .map(|(p, n)| (p, Vec::with_capacity(n)))
-        .collect();
-    for e in delta {
-        parts
-            .get_mut(&partition_of(e.h, partitions))
-            .expect("counted")
-            .push(e);
+/// each part sorted by key and allocated at its exact size. The delta is
+/// ordered by partition in place and the parts are cut off its end one by
+/// one, so that at most one part is held twice.
+pub(super) fn split(mut delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
+    let part = |e: &DeltaEntry| partition_of(e.h, partitions);
+    delta.sort_unstable_by(|a, b| part(a).cmp(&part(b)).then_with(|| a.key.cmp(&b.key)));
+    let mut parts = BTreeMap::new();
+    while let Some(last) = delta.last() {
+        let p = part(last);
+        let start = delta.partition_point(|e| part(e) < p);
+        if start == 0 {
+            delta.shrink_to_fit();
+            parts.insert(p, std::mem::take(&mut delta));
+            break;
+        }
+        parts.insert(p, delta.split_off(start));
+        delta.shrink_to_fit();
     }
     debug_assert!(parts.keys().all(|&p| p < partitions));
     parts
+}
+
+/// How many of `targets` one pass of a merge of `input_bytes` takes: as
+/// many as keep a pass's share of the input (hashes are uniform, so each
+/// partition's is even) within `budget`, and at least one. A pass holds
+/// at least one partition's share, which passes the budget when the input
+/// does `targets.len()` times (a push-down of a TPH over `fanout` times
+/// the job's input; see `docs/design.md`).
+fn partitions_per_pass(input_bytes: u64, budget: u64, targets: &Range<u64>) -> u64 {
+    let width = (targets.end - targets.start).max(1);
+    let fit = u128::from(width) * u128::from(budget) / u128::from(input_bytes.max(1));
+    fit.clamp(1, u128::from(width)) as u64
 }
 
 impl Inner {
@@ -109,14 +123,13 @@ impl Inner {
         change: &mut Change,
     ) -> Result<()> {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
-        let budget = self.job_input_bytes();
-        let width = targets.end - targets.start;
-        let passes = input_bytes.div_ceil(budget).clamp(1, width.max(1));
+        let per_pass = partitions_per_pass(input_bytes, self.job_input_bytes(), &targets);
         let partitions = version.partitions(level);
         let mut found = vec![0u64; inputs.len()];
+        let passes = (targets.end - targets.start).div_ceil(per_pass);
         for pass in 0..passes {
-            let lo = targets.start + width * pass / passes;
-            let hi = targets.start + width * (pass + 1) / passes;
+            let lo = targets.start + pass * per_pass;
+            let hi = (lo + per_pass).min(targets.end);
             let hashes = hashes_of_partitions(lo..hi, partitions);
             // One pass takes every live entry of the inputs.
             let whole = passes == 1;
@@ -212,6 +225,21 @@ mod tests {
             .map(|&(k, s)| (Bytes::from(k), s))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_pass_holds_at_most_the_budget_unless_one_partition_passes_it() {
+        // 5.5 budgets over 8 partitions: one partition a pass, not some
+        // passes of one and some of two (two would hold 1.4 budgets).
+        assert_eq!(partitions_per_pass(55, 10, &(0..8)), 1);
+        assert_eq!(partitions_per_pass(40, 10, &(0..8)), 2);
+        assert_eq!(partitions_per_pass(10, 10, &(8..16)), 8);
+        assert_eq!(partitions_per_pass(0, 10, &(0..8)), 8);
+        assert_eq!(partitions_per_pass(1000, 10, &(0..8)), 1);
+        for input in 1..200u64 {
+            let per = partitions_per_pass(input, 10, &(0..8));
+            assert!(per == 1 || input * per <= 10 * 8, "{input}: {per}");
+        }
     }
 
     #[test]

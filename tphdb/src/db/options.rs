@@ -141,7 +141,10 @@ pub struct Options {
     /// half for the global indexes a compaction rebuilds. A level-0
     /// compaction takes the oldest level-0 TPHs that fit; a larger input is
     /// merged in several passes over ranges of the target partitions, each
-    /// reading the inputs again; a fold of pieces whose live entries pass
+    /// reading the inputs again (a pass holds at least one partition's
+    /// share: a push-down of a TPH past `fanout` times the input half
+    /// holds a `fanout`th of it, about 55 MB at the defaults and 128-byte
+    /// values); a fold of pieces whose live entries pass
     /// the input half writes its piece in passes over runs of its slots,
     /// each reading its values again from the folded pieces. A TPH's index is rebuilt from its pieces'
     /// key hashes, streamed, its perfect hash built a batch of segments at a

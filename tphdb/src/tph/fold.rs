@@ -8,6 +8,7 @@
 use bytes::Bytes;
 
 use super::base::{route, Superseded};
+use super::copies::Copies;
 use super::merge::{DeltaEntry, MergeStats, MERGE_BYTES_PER_ENTRY};
 use super::Tph;
 use crate::error::{Error, Result};
@@ -105,6 +106,7 @@ pub(super) fn carry_victims(
         .sum();
     let held = holding <= fold_memory_bytes;
     let mut carried = Vec::new();
+    let mut copies = Copies::default();
     for &i in &victims {
         let p = &base.pieces[i];
         stats.fold_bytes_read += p.properties().data_bytes;
@@ -120,11 +122,11 @@ pub(super) fn carry_victims(
                 continue;
             }
             carried.push(if held {
-                Written::Held(DeltaEntry::copied(&e, h, h2))
+                Written::Held(DeltaEntry::copied(&e, h, h2, &mut copies))
             } else {
                 Written::Folded(FoldedEntry {
                     // Copied, like a held entry's (see `DeltaEntry::copied`).
-                    key: Bytes::copy_from_slice(&e.key),
+                    key: copies.bytes(&e.key),
                     seq: e.seq,
                     h,
                     h2,
@@ -159,6 +161,7 @@ pub(super) fn load_pass<'a>(
 ) -> Result<PassEntries<'a>> {
     let mut loaded = Vec::new();
     if let (Some(base), true) = (base, folded) {
+        let mut copies = Copies::default();
         // (piece, h, h2, index) of the folded entries the run holds.
         let mut wanted: Vec<(u32, u64, u64, u32)> = run
             .iter()
@@ -184,7 +187,7 @@ pub(super) fn load_pass<'a>(
                     .take_while(|w| w.1 == h)
                     .find(|w| w.2 == h2)
                 {
-                    loaded.push((w.3, DeltaEntry::copied(&e, h, h2)));
+                    loaded.push((w.3, DeltaEntry::copied(&e, h, h2, &mut copies)));
                 }
             }
         }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::base::{held_hashes, supersede, LiveKeys};
+use super::copies::Copies;
 use super::fold::{carry_victims, load_pass, Written};
 use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::meta::{
@@ -57,13 +58,14 @@ impl DeltaEntry {
     }
 
     /// `e`, read from a piece, with its hashes `h` and `h2`. Key and value
-    /// are copied: slices would keep the whole read buffer alive (or,
-    /// mapped, every page of the piece resident) for as long as the merge
-    /// holds the entry.
-    pub(crate) fn copied(e: &Entry, h: u64, h2: u64) -> DeltaEntry {
+    /// are copied into `copies`: slices would keep the whole read buffer
+    /// alive (or, mapped, every page of the piece resident) for as long as
+    /// the merge holds the entry.
+    pub(crate) fn copied(e: &Entry, h: u64, h2: u64, copies: &mut Copies) -> DeltaEntry {
+        let (key, value) = copies.entry(&e.key, e.value.as_deref());
         DeltaEntry {
-            key: Bytes::copy_from_slice(&e.key),
-            value: e.value.as_deref().map(Bytes::copy_from_slice),
+            key,
+            value,
             seq: e.seq,
             h,
             h2,

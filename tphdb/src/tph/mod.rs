@@ -12,6 +12,7 @@
 //! piece holds their hash, which is what makes routing by hash exact.
 
 mod base;
+mod copies;
 mod cursor;
 mod fold;
 mod index;
@@ -31,6 +32,7 @@ pub(crate) use merge::{
     merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, MERGE_BYTES_PER_ENTRY,
 };
 
+use self::copies::Copies;
 use self::index::GlobalIndex;
 use self::meta::{IndexFormat, SECTION_EXCEPTIONS, SECTION_PHF, SECTION_SLOTS};
 pub(crate) use self::meta::{TphMeta, MAX_PIECES, SECTION_FUSE, SECTION_META};
@@ -527,12 +529,17 @@ impl Tph {
         whole: bool,
         stats: &mut MergeStats,
     ) -> Result<Vec<DeltaEntry>> {
-        let mut out = Vec::new();
+        // Sized for the range's share of the live keys (hashes are uniform),
+        // so that the list is not grown by doubling.
+        let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
+        let expected = (self.live_count() as f64 * share * 1.02) as usize + 64;
+        let mut out = Vec::with_capacity(expected.min(self.live_count() as usize));
+        let mut copies = Copies::default();
         for (i, p) in self.pieces.iter().enumerate() {
             let mut keep = |e: Entry| {
                 let h = key_hash(&e.key);
                 if hashes.contains(&h) && self.index.route(&e.key, h) == Some(i) {
-                    out.push(DeltaEntry::copied(&e, h, key_hash2(&e.key)));
+                    out.push(DeltaEntry::copied(&e, h, key_hash2(&e.key), &mut copies));
                 }
             };
             if whole {

@@ -28,7 +28,14 @@ impl Tphdb {
             memory_budget_bytes: budget
                 .filter(|_| t.write_buffer_mb.is_none())
                 .map(|b| b / 2),
-            compaction_memory_bytes: budget.map_or(d.compaction_memory_bytes, |b| b / 8),
+            max_immutable_memtables: t
+                .max_immutable_memtables
+                .unwrap_or(d.max_immutable_memtables),
+            compaction_memory_bytes: t
+                .compaction_memory_mb
+                .map(|m| m << 20)
+                .or(budget.map(|b| b / 8))
+                .unwrap_or(d.compaction_memory_bytes),
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
