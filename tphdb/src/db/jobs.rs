@@ -396,10 +396,9 @@ impl Inner {
             }),
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
-            fold_memory_bytes: self.job_input_bytes(),
+            fold_memory_bytes: self.opts.merge_memory_bytes(),
             new_number: number,
-            // The other half of the job's share.
-            index_memory_bytes: (self.opts.job_memory_bytes() / 2).max(1) as usize,
+            index_memory_bytes: self.opts.merge_memory_bytes() as usize,
             hashes: match level {
                 0 => 0..=u64::MAX,
                 _ => {

@@ -138,17 +138,20 @@ pub struct Options {
     pub bottom_signature_bits: u32,
     /// Memory the running compactions together hold (128 MiB), shared
     /// equally by the `background_threads`; half of a share is for input,
-    /// half for the global indexes a compaction rebuilds. A level-0
-    /// compaction takes the oldest level-0 TPHs that fit; a larger input is
-    /// merged in several passes over ranges of the target partitions, each
-    /// reading the inputs again (a pass holds at least one partition's
-    /// share: a push-down of a TPH past `fanout` times the input half
-    /// holds a `fanout`th of it, about 55 MB at the defaults and 128-byte
-    /// values); a fold of pieces whose live entries pass
-    /// the input half writes its piece in passes over runs of its slots,
-    /// each reading its values again from the folded pieces. A TPH's index is rebuilt from its pieces'
-    /// key hashes, streamed, its perfect hash built a batch of segments at a
-    /// time within the index half (8 bytes per key in a batch).
+    /// half for the merges running on the threads (as many as there are
+    /// threads, whichever jobs they belong to), each a quarter of a share
+    /// for the pieces it folds and a quarter for the global index it
+    /// rebuilds (a flush's merge takes as much beside its memtable). A level-0 compaction takes the oldest level-0 TPHs that
+    /// fit; a larger input is merged in several passes over ranges of the
+    /// target partitions, each reading the inputs again (a pass holds at
+    /// least one partition's share: a push-down of a TPH past `fanout`
+    /// times the input half holds a `fanout`th of it, about 55 MB at the
+    /// defaults and 128-byte values); a fold of pieces whose live entries
+    /// pass a merge's fold memory writes its piece in passes over runs of
+    /// its slots, each reading its values again from the folded pieces. A
+    /// TPH's index is rebuilt from its pieces' key hashes, streamed, its
+    /// fuse built a batch of chunks at a time within the merge's index
+    /// memory (32 bytes per key in a batch).
     pub compaction_memory_bytes: usize,
     /// Threads for compactions, a fixed pool (2; at least 1); flushes have
     /// a thread of their own besides.
@@ -304,9 +307,19 @@ impl Options {
 
     /// The memory one compaction may hold: an equal share of
     /// `compaction_memory_bytes` per background thread, as that many run at
-    /// once. Half is for its input, half for the global indexes it builds.
+    /// once. Half is for its input, half for the merges it runs.
     pub(crate) fn job_memory_bytes(&self) -> u64 {
         (self.compaction_memory_bytes / self.background_threads.max(1)).max(1) as u64
+    }
+
+    /// What one merge may hold for the pieces it folds, and as much again
+    /// for the global index it builds: a quarter of a job's share each. A
+    /// job merges its target partitions in parallel on the background
+    /// threads, so the merges running at once number at most the threads,
+    /// and with the jobs' inputs (half a share each) they stay within
+    /// `compaction_memory_bytes`.
+    pub(crate) fn merge_memory_bytes(&self) -> u64 {
+        (self.job_memory_bytes() / 4).max(1)
     }
 
     /// The perfect-hash construction parameters of the local indexes.
