@@ -150,8 +150,9 @@ pub(super) fn carry_victims(
 
 /// The entries of one pass's run of slots (indices into `written`; empty
 /// slots are past its end): the held ones where they are, the folded ones
-/// read again from their pieces and checked against their shapes. With
-/// nothing `folded`, the run is not looked at.
+/// read again from their pieces (only the blocks that hold them) and
+/// checked against their shapes. With nothing `folded`, the run is not
+/// looked at.
 pub(super) fn load_pass<'a>(
     base: Option<&Tph>,
     written: &'a [Written],
@@ -173,13 +174,13 @@ pub(super) fn load_pass<'a>(
         wanted.sort_unstable();
         for group in wanted.chunk_by(|a, b| a.0 == b.0) {
             let piece = &base.pieces[group[0].0 as usize];
-            stats.fold_bytes_read += piece.properties().data_bytes;
-            for e in piece.iter() {
-                let e = e?;
+            let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
+            hashes.dedup();
+            stats.fold_bytes_read += piece.for_each_entry_with_hashes(&hashes, |e| {
                 let h = key_hash(&e.key);
                 let at = group.partition_point(|w| w.1 < h);
                 if group.get(at).is_none_or(|w| w.1 != h) {
-                    continue;
+                    return;
                 }
                 let h2 = key_hash2(&e.key);
                 if let Some(w) = group[at..]
@@ -189,7 +190,7 @@ pub(super) fn load_pass<'a>(
                 {
                     loaded.push((w.3, DeltaEntry::copied(&e, h, h2, &mut copies)));
                 }
-            }
+            })?;
         }
         loaded.sort_unstable_by_key(|&(i, _)| i);
         check_loaded(base, written, &wanted, &loaded)?;

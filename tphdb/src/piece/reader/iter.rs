@@ -159,16 +159,48 @@ impl PieceReader {
                 last = Some(h);
             }
         })?;
+        slots.extend(self.overflow_slots(hashes));
+        self.read_slots_of(slots, &mut f)
+    }
+
+    /// Calls `f` with the entries in the slots where the keys of `hashes`
+    /// (ascending) would be, through the perfect hash and the overflow
+    /// list, reading only the blocks that hold those slots: a fold's pass
+    /// reads again the entries its run of the new piece holds, not the
+    /// whole piece. A slot may hold another key than the one wanted (the
+    /// perfect hash maps any hash to some slot): callers check the hashes
+    /// of what they get. Returns the bytes of blocks read.
+    pub(crate) fn for_each_entry_with_hashes(
+        &self,
+        hashes: &[u64],
+        mut f: impl FnMut(Entry),
+    ) -> Result<u64> {
+        if self.phf.is_empty() {
+            return Ok(0);
+        }
+        let mut slots: Vec<u64> = Vec::with_capacity(hashes.len());
+        for &h in hashes {
+            slots.push(self.phf.slot(h) as u64);
+            slots.extend(self.overflow_slots(h..=h));
+        }
+        self.read_slots_of(slots, &mut f)
+    }
+
+    /// The overflow slots of the entries whose hash lies in `hashes`.
+    fn overflow_slots(&self, hashes: RangeInclusive<u64>) -> impl Iterator<Item = u64> + '_ {
         let from = self.overflow.partition_point(|&(h, _)| h < *hashes.start());
-        slots.extend(
-            self.overflow[from..]
-                .iter()
-                .take_while(|&&(h, _)| h <= *hashes.end())
-                .map(|&(_, s)| s as u64),
-        );
+        self.overflow[from..]
+            .iter()
+            .take_while(move |&&(h, _)| h <= *hashes.end())
+            .map(|&(_, s)| s as u64)
+    }
+
+    /// [`PieceReader::read_slots`] of `slots` in any order, letting go of
+    /// the mapped pages after.
+    fn read_slots_of(&self, mut slots: Vec<u64>, f: &mut impl FnMut(Entry)) -> Result<u64> {
         slots.sort_unstable();
         slots.dedup();
-        let result = self.read_slots(&slots, &mut f);
+        let result = self.read_slots(&slots, f);
         self.release_mapped_pages();
         result
     }
@@ -243,5 +275,67 @@ impl PieceReader {
             i = end;
         }
         Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::fs::MemFs;
+    use crate::hash::key_hash;
+    use crate::piece::{write_piece_hashed, EntryRef, PieceOptions};
+
+    #[test]
+    fn entries_with_given_hashes_are_read_from_their_blocks_alone() {
+        let fs = MemFs::new();
+        let keys: Vec<Vec<u8>> = (0..3000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        let value = vec![5u8; 700];
+        let entries: Vec<EntryRef<'_>> = keys
+            .iter()
+            .map(|k| EntryRef {
+                key: k,
+                value: Some(&value),
+                seq: 1,
+            })
+            .collect();
+        // Every hundredth key shares the hash of the key before it: those
+        // are in overflow slots.
+        let mut hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
+        for i in (100..hashes.len()).step_by(100) {
+            hashes[i] = hashes[i - 1];
+        }
+        let path = Path::new("/hashes.ph");
+        let props =
+            write_piece_hashed(&fs, path, &entries, &hashes, &PieceOptions::default()).unwrap();
+        assert_eq!(props.overflow_count, 29);
+        let r = PieceReader::open(&fs, path, crate::fs::ReadMode::Pread).unwrap();
+
+        // One key in a hundred, and both keys of every shared hash.
+        let wanted: Vec<usize> = (0..keys.len())
+            .filter(|i| matches!(i % 100, 37 | 99 | 0))
+            .collect();
+        let mut want: Vec<u64> = wanted.iter().map(|&i| hashes[i]).collect();
+        want.sort_unstable();
+        want.dedup();
+        let mut got = Vec::new();
+        let read = r
+            .for_each_entry_with_hashes(&want, |e| got.push(e.key.to_vec()))
+            .unwrap();
+        for &i in &wanted {
+            assert!(got.contains(&keys[i]), "key {i} not read");
+        }
+        for i in (100..keys.len()).step_by(100) {
+            assert!(got.contains(&keys[i]), "overflow key {i} not read");
+        }
+        // Five entries a block: 3% of the keys are in at most 15% of the
+        // blocks, too few for a window read (see `read_slots`).
+        assert!(
+            read * 6 < props.data_bytes,
+            "{read} of {} bytes read",
+            props.data_bytes
+        );
+        assert_eq!(r.for_each_entry_with_hashes(&[], |_| panic!()).unwrap(), 0);
     }
 }

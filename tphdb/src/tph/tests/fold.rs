@@ -4,8 +4,8 @@ use super::*;
 
 /// Merges that fold pieces, each run twice: with the folded entries held,
 /// and with a fold memory so small that every block is a pass of its own.
-/// Both write the same files, byte for byte; the passes read the folded
-/// pieces again, once per pass that holds their entries.
+/// Both write the same files, byte for byte; the passes read again the
+/// blocks of the folded pieces that hold their entries.
 #[test]
 fn a_fold_written_in_passes_writes_the_piece_a_held_fold_writes() {
     let mut held = Harness::new(true, 2);
@@ -38,9 +38,10 @@ fn a_fold_written_in_passes_writes_the_piece_a_held_fold_writes() {
             assert!(same, "{name} differs after round {round}");
         }
     }
+    eprintln!("fold bytes read: {read_held} held, {read_passes} in passes");
     assert!(read_held > 0, "the merges must fold");
     assert!(
-        read_passes > 2 * read_held,
+        read_passes > read_held,
         "{read_passes} bytes read in passes, {read_held} held"
     );
 }
