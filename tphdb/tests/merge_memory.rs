@@ -278,9 +278,9 @@ fn merges_running_at_once_share_the_jobs_index_memory() {
     assert_eq!(db.stats().levels[0].tphs, 0);
     eprintln!("peak {peak} bytes while two TPHs of 600K keys rebuilt their indexes");
     // Two builds within 4 MiB each, the new indexes (about 2 bytes a key)
-    // and the key-hash sections streamed a MiB at a time: 9.3 MB measured,
-    // 13.6 MB before.
-    assert!(peak < 11 << 20, "{peak} bytes held");
+    // and the key-hash sections streamed a MiB at a time: 9.3 to 9.8 MB
+    // measured, 13.6 MB before.
+    assert!(peak < 12 << 20, "{peak} bytes held");
     assert_eq!(db.get(key(7)).unwrap().as_deref(), Some(&b"w"[..]));
     assert_eq!(db.get(key(1)).unwrap().as_deref(), Some(&b"v"[..]));
 }

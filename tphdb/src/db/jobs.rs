@@ -326,6 +326,10 @@ impl Inner {
                 if let Some(base) = version.tph(level, p) {
                     let number = self.new_file_number()?;
                     let mut ctx = self.merge_context(level, p, level == version.depth, number);
+                    // One merge and no delta: the job's input half holds
+                    // the folded entries (a GC job picks as many as fit it,
+                    // so they are held and read once).
+                    ctx.fold_memory_bytes = self.job_input_bytes();
                     if matches!(job, Job::Gc(_)) {
                         ctx.gc_input_bytes = Some(self.job_input_bytes());
                     } else {

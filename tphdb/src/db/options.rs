@@ -141,7 +141,9 @@ pub struct Options {
     /// half for the merges running on the threads (as many as there are
     /// threads, whichever jobs they belong to), each a quarter of a share
     /// for the pieces it folds and a quarter for the global index it
-    /// rebuilds (a flush's merge takes as much beside its memtable). A level-0 compaction takes the oldest level-0 TPHs that
+    /// rebuilds (a flush's merge takes as much beside its memtable; a GC
+    /// or `compact_range` job, one merge with no input, folds within the
+    /// input half). A level-0 compaction takes the oldest level-0 TPHs that
     /// fit; a larger input is merged in several passes over ranges of the
     /// target partitions, each reading the inputs again (a pass holds at
     /// least one partition's share: a push-down of a TPH past `fanout`
