@@ -6,8 +6,9 @@
 # tables take of the JSON; the JSON is not committed), .settings, .commit
 # and SVG plots (<workload>-<plot><TAG>.svg), then rebuilds
 # docs/benchmarks/results.md from every table present, so runs with other
-# engines or sizes (TAG tells them apart) add to it and keep the rest. Needs root (cgroup)
-# and scripts/setup-peers.sh. Settings are environment variables:
+# engines or sizes (TAG tells them apart) add to it and keep the rest.
+# Needs root (cgroup) and scripts/setup-peers.sh. Settings are
+# environment variables:
 #   KEYS (2000000) OPS (200000) MEMORY_MB (256) RUN_SECONDS (20)
 #   VALUE_SIZE (128) ENGINES (all) WORKLOADS (all) TAG (none; starts
 #   with "_", e.g. TAG=_1k)

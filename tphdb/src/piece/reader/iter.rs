@@ -163,8 +163,8 @@ impl PieceReader {
         self.read_slots_of(slots, &mut f)
     }
 
-    /// Calls `f` with the entries in the slots where the keys of `hashes`
-    /// (ascending) would be, through the perfect hash and the overflow
+    /// Calls `f`, in slot order, with the entries in the slots where the
+    /// keys of `hashes` would be, through the perfect hash and the overflow
     /// list, reading only the blocks that hold those slots: a fold's pass
     /// reads again the entries its run of the new piece holds, not the
     /// whole piece. A slot may hold another key than the one wanted (the
