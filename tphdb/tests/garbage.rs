@@ -18,6 +18,13 @@ fn value(i: u32) -> Vec<u8> {
     v
 }
 
+/// An overwrite of key `i`, as large as `value(i)`.
+fn newer(i: u32) -> Vec<u8> {
+    let mut v = format!("newer {i} ").into_bytes();
+    v.resize(200, b'.');
+    v
+}
+
 /// Bytes of the files the current version reads.
 fn file_bytes(db: &DB) -> u64 {
     db.stats().levels.iter().map(|l| l.file_bytes).sum()
@@ -141,11 +148,6 @@ fn overwrite_a_third(max_garbage_ratio: f64) -> f64 {
     };
     let (db, _) = loaded_with(dir.path(), &opts);
     // As large as the old values: level 1 overflows into the bottom.
-    let newer = |i: u32| {
-        let mut v = format!("newer {i} ").into_bytes();
-        v.resize(200, b'.');
-        v
-    };
     for i in (0..KEYS).filter(|i| i % 3 == 0) {
         db.put(key(i), newer(i)).unwrap();
     }
@@ -168,4 +170,52 @@ fn overwrites_spread_over_every_tph_are_collected_past_max_garbage_ratio() {
     assert!(unbounded > 0.1, "{unbounded}");
     let bounded = overwrite_a_third(0.05);
     assert!(bounded <= 0.05, "{bounded}");
+}
+
+/// Overwrites that stay above the bottom hide the older versions below
+/// them, which no fold of the TPHs that hold them can see as garbage: the
+/// TPHs above are pushed down once those versions pass
+/// `max_garbage_ratio`, and the folds below then free them.
+#[test]
+fn versions_hidden_below_overwrites_are_collected_past_max_garbage_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, loaded_bytes) = loaded(dir.path());
+    drop(db);
+    // Level 1's TPHs now reach their push-down thresholds only past the
+    // size of the whole database: the overwrites stay there.
+    let opts = Options {
+        max_garbage_ratio: 0.05,
+        tph_target_bytes: 16 << 20,
+        l0_compaction_trigger: 1,
+        ..options()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    // An eighth of the keys: less than level 1 holds before a push-down.
+    let overwritten = |i: u32| i % 8 == 0;
+    for i in (0..KEYS).filter(|&i| overwritten(i)) {
+        db.put(key(i), newer(i)).unwrap();
+    }
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    for i in 0..KEYS {
+        let want = if overwritten(i) { newer(i) } else { value(i) };
+        assert_eq!(db.get(key(i)).unwrap().unwrap().to_vec(), want, "key {i}");
+    }
+    let stats = db.stats();
+    let left = file_bytes(&db);
+    let garbage: u64 = stats
+        .levels
+        .iter()
+        .map(|l| l.garbage_bytes + l.shadowed_bytes)
+        .sum();
+    assert!(
+        left * 10 < loaded_bytes * 11,
+        "{left} bytes left of {loaded_bytes} loaded: {:#?}",
+        stats.levels
+    );
+    assert!(
+        garbage as f64 <= 0.05 * left as f64,
+        "{garbage} of {left}: {:#?}",
+        stats.levels
+    );
 }

@@ -33,6 +33,12 @@ impl TphSize {
         freed as f64 / g.data_bytes.max(1) as f64
     }
 
+    /// The share of its stored bytes that the versions its live entries
+    /// hide in lower levels amount to (above the bottom).
+    pub(super) fn shadowed_share(&self) -> f64 {
+        self.garbage.shadowed_bytes as f64 / self.garbage.data_bytes.max(1) as f64
+    }
+
     /// The share of its live keys that are tombstones.
     pub(super) fn tombstone_share(&self) -> f64 {
         self.garbage.live_tombstones as f64 / self.garbage.live_entries.max(1) as f64
@@ -77,7 +83,9 @@ impl Shape {
     }
 
     /// The share of all stored data bytes (level 0 included) that folds
-    /// would free: see [`TphSize::garbage_share`].
+    /// would free (see [`TphSize::garbage_share`]), with the versions
+    /// that the live entries of TPHs above the bottom hide below them,
+    /// which their push-downs and then folds free.
     pub(super) fn garbage_share(&self) -> f64 {
         let (mut garbage, mut stored) = (0u64, 0u64);
         for t in &self.l0 {
@@ -91,7 +99,7 @@ impl Shape {
                     + if bottom {
                         t.garbage.live_tombstone_bytes
                     } else {
-                        0
+                        t.garbage.shadowed_bytes
                     };
             }
         }

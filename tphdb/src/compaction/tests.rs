@@ -415,6 +415,36 @@ fn the_whole_database_holds_at_most_max_garbage_ratio() {
 }
 
 #[test]
+fn a_tph_hiding_versions_below_goes_down_past_max_garbage_ratio() {
+    let p = Policy {
+        max_garbage_ratio: 0.2,
+        ..policy()
+    };
+    // Level 1's TPH 0 hides 40 bytes of the 100 at the bottom; the bottom
+    // holds 10 dead bytes of its own.
+    let mut s = shape(0, &[(0, 50), (1, 20)]);
+    s.levels[0].get_mut(&0).unwrap().garbage.shadowed_bytes = 40;
+    s.levels[1].insert(0, with_garbage(7, 90, 10, 0));
+    // 50 of 170 bytes: past 0.2; its share (0.8) beats the fold's (0.1).
+    let push = Some(Work::PushDown(TphId {
+        level: 1,
+        partition: 0,
+    }));
+    assert_eq!(pick(&s, 0, &Running::default(), &p), push);
+    // Under the bound, hidden versions alone start nothing, however large
+    // a share of the TPH they are.
+    let off = Policy {
+        max_garbage_ratio: 0.3,
+        ..p
+    };
+    assert_eq!(pick(&s, 0, &Running::default(), &off), None);
+    // At the bottom nothing lies below to hide.
+    s.levels[0].get_mut(&0).unwrap().garbage.shadowed_bytes = 0;
+    s.levels[1].get_mut(&0).unwrap().garbage.shadowed_bytes = 40;
+    assert_eq!(pick(&s, 0, &Running::default(), &p), None);
+}
+
+#[test]
 fn tombstones_go_down_early_to_meet_what_they_delete() {
     let p = policy();
     // Above the bottom, tombstones hide what lies below: not garbage.

@@ -149,6 +149,7 @@ mod tests {
                 live_entries: live,
                 live_tombstones: tombstones,
                 live_tombstone_bytes: tombstones * 10,
+                shadowed_bytes: 0,
             },
             pinned: false,
         }

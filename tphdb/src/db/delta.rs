@@ -177,6 +177,7 @@ impl Inner {
             .map(|((p, d), number)| {
                 let mut ctx = self.merge_context(level, p, bottom, number);
                 ctx.pinned = pinned(pins, level, p);
+                ctx.below = Some(version);
                 Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
             })
             .collect();

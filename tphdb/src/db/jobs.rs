@@ -326,6 +326,7 @@ impl Inner {
                 if let Some(base) = version.tph(level, p) {
                     let number = self.new_file_number()?;
                     let mut ctx = self.merge_context(level, p, level == version.depth, number);
+                    ctx.below = Some(&version);
                     // One merge and no delta: the job's input half holds
                     // the folded entries (a GC job picks as many as fit it,
                     // so they are held and read once).
@@ -412,6 +413,7 @@ impl Inner {
             },
             pinned: &[],
             carried_down: &[],
+            below: None,
         }
     }
 

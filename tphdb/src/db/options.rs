@@ -193,7 +193,10 @@ pub struct Options {
     /// The share of the database's stored bytes that may be garbage
     /// (0.08): past it, garbage collection folds the TPHs with the largest
     /// garbage share whatever their own share, until the database is back
-    /// under it. Overwrites spread garbage evenly over every TPH, so
+    /// under it. Versions that the live entries of a TPH above the bottom
+    /// hide in the levels below count too, and a TPH with a larger share
+    /// of those than any TPH's garbage share is pushed down instead, so
+    /// that folds below can free them. Overwrites spread garbage evenly over every TPH, so
     /// without this the database could hold nearly `1 / (1 - gc_dead_ratio)`
     /// times its live data. Lower keeps less space and writes more: a 4M x
     /// 1 KiB overwrite ended at 1.27x RocksDB's space with 1.0, 1.16x with

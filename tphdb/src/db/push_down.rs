@@ -152,6 +152,7 @@ impl Inner {
         let mut ctx = self.merge_context(level, p, level == version.depth, number);
         ctx.carried_down = &carried;
         ctx.pinned = &stay;
+        ctx.below = Some(&version);
         change.add(level, p, merge(&ctx, Some(current), Vec::new())?);
         Ok(())
     }

@@ -116,6 +116,11 @@ pub struct LevelStats {
     /// and at the bottom level also live tombstones (the GC job folds a
     /// TPH once this passes `Options::gc_dead_ratio` of its data).
     pub garbage_bytes: u64,
+    /// Estimated bytes of the versions in lower levels that the level's
+    /// live entries hide (0 at the bottom): garbage that a push-down, and
+    /// then a fold below, frees. With `garbage_bytes` it counts towards
+    /// `Options::max_garbage_ratio`.
+    pub shadowed_bytes: u64,
     /// In-memory index bytes of the level.
     pub index_bytes: u64,
 }
@@ -350,6 +355,8 @@ impl Inner {
                 ls.garbage_bytes += g.dead_bytes;
                 if level as u32 == v.depth {
                     ls.garbage_bytes += g.live_tombstone_bytes;
+                } else {
+                    ls.shadowed_bytes += g.shadowed_bytes;
                 }
             }
             stored += ls.stored_entries;
@@ -482,12 +489,12 @@ impl DBStats {
     /// The per-level structure as a table.
     pub fn level_table(&self) -> String {
         let mut s = String::from(
-            "level  tphs  empty  pieces      live    stored  tombstones   file MiB  live MiB  garbage MiB  index KiB\n",
+            "level  tphs  empty  pieces      live    stored  tombstones   file MiB  live MiB  garbage MiB  hidden MiB  index KiB\n",
         );
         for l in &self.levels {
             let _ = writeln!(
                 s,
-                "{:>5} {:>5} {:>6} {:>7} {:>9} {:>9} {:>11} {:>10.1} {:>9.1} {:>12.1} {:>10.1}",
+                "{:>5} {:>5} {:>6} {:>7} {:>9} {:>9} {:>11} {:>10.1} {:>9.1} {:>12.1} {:>11.1} {:>10.1}",
                 l.level,
                 l.tphs,
                 l.empty_partitions,
@@ -498,6 +505,7 @@ impl DBStats {
                 l.file_bytes as f64 / 1048576.0,
                 l.live_bytes as f64 / 1048576.0,
                 l.garbage_bytes as f64 / 1048576.0,
+                l.shadowed_bytes as f64 / 1048576.0,
                 l.index_bytes as f64 / 1024.0
             );
         }

@@ -56,7 +56,7 @@ impl PieceReader {
             let pieces: Vec<String> = m
                 .pieces
                 .iter()
-                .map(|(number, live)| format!("{number} ({live} live)"))
+                .map(|p| format!("{} ({} live, {} shadowed)", p.number, p.live, p.shadowed))
                 .collect();
             let _ = writeln!(
                 w,

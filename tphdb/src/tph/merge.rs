@@ -17,15 +17,16 @@ use super::copies::Copies;
 use super::fold::{carry_victims, load_pass, Written};
 use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::meta::{
-    IndexFormat, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
+    IndexFormat, MetaPiece, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
 };
-use super::{piece_file_name, piece_garbage, PieceFile, PieceReads, Tph};
+use super::{live_shadowed, piece_file_name, piece_garbage, PieceFile, PieceReads, Tph};
 use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2, signature};
 use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
 use crate::piece::{write_piece_in_passes, AsEntry, Entry, EntryRef, EntryShape, PieceOptions};
+use crate::version::Version;
 
 /// An entry moving into a TPH.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +126,9 @@ pub(crate) struct MergeContext<'a> {
     /// carried down, at its end. Only the newer pieces remain, so every
     /// key they hold stays live in them.
     pub(crate) carried_down: &'a [u64],
+    /// The levels below, for TPHs above the bottom: which of the delta's
+    /// keys hide a version there ([`MetaPiece::shadowed`]).
+    pub(crate) below: Option<&'a Version>,
 }
 
 /// What a merge did, for statistics. The bytes of the piece it wrote are
@@ -262,6 +266,7 @@ pub(crate) fn merge(
         .filter(|&i| !dead[i] && !victim[i])
         .collect();
 
+    let shadowed = shadowed_entries(ctx, base, &delta, &victim, &live_counts);
     let carried_bytes = encoded_bytes(&carried);
     // In place: a written entry is the size of a delta entry.
     let mut written: Vec<Written> = delta.into_iter().map(Written::Held).collect();
@@ -285,7 +290,7 @@ pub(crate) fn merge(
     if live.count() == 0 {
         return Ok(MergeOutcome::Emptied { obsolete, stats });
     }
-    let meta = new_meta(ctx, base_pieces, &remaining, &live_counts, written.len())?;
+    let meta = new_meta(ctx, base, &remaining, &live_counts, written.len(), shadowed)?;
     debug_assert_eq!(meta.live_total(), live.count());
     let sections = build_index_sections(ctx, &meta, &mut live, &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
@@ -305,13 +310,11 @@ pub(crate) fn merge(
     if !written.is_empty() {
         pieces.push(head.clone());
     }
-    let counts: Vec<u64> = meta.pieces.iter().map(|p| p.1).collect();
-    debug_assert_eq!(pieces.len(), counts.len());
     debug_assert!(
-        counts.iter().all(|&c| c > 0),
+        meta.pieces.iter().all(|p| p.live > 0),
         "a piece without live keys stays"
     );
-    let tph = Tph::assemble(ctx.level, ctx.partition, head, pieces, counts, index);
+    let tph = Tph::assemble(head, pieces, &meta, index);
     Ok(MergeOutcome::Replaced {
         tph: Box::new(tph),
         obsolete,
@@ -404,19 +407,56 @@ fn obsolete_files(
     obsolete
 }
 
+/// Of the entries the new piece will hold, those whose key hides a version
+/// in a level below: the delta's found there, and the folded pieces' share
+/// of theirs.
+fn shadowed_entries(
+    ctx: &MergeContext<'_>,
+    base: Option<&Tph>,
+    delta: &[DeltaEntry],
+    victim: &[bool],
+    live_counts: &[u64],
+) -> u64 {
+    let Some(below) = ctx.below.filter(|_| !ctx.bottom && ctx.level >= 1) else {
+        return 0;
+    };
+    let mut shadowed = delta
+        .iter()
+        .filter(|e| below.holds_below(ctx.level, &e.key, e.h))
+        .count() as u64;
+    if let Some(b) = base {
+        for (i, p) in b.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {
+            shadowed += live_shadowed(p.properties(), live_counts[i], b.shadowed_counts[i]);
+        }
+    }
+    shadowed
+}
+
 /// The merged TPH's metadata: the remaining base pieces, then the new one
-/// when it holds entries (`written`).
+/// when it holds entries (`written`, `shadowed` of them hiding a version
+/// below).
 fn new_meta(
     ctx: &MergeContext<'_>,
-    base_pieces: &[Arc<PieceFile>],
+    base: Option<&Tph>,
     remaining: &[usize],
     live_counts: &[u64],
     written: usize,
+    shadowed: u64,
 ) -> Result<TphMeta> {
-    let pieces: Vec<(u64, u64)> = remaining
-        .iter()
-        .map(|&i| (base_pieces[i].number(), live_counts[i]))
-        .chain((written > 0).then_some((ctx.new_number, written as u64)))
+    let pieces: Vec<MetaPiece> = base
+        .into_iter()
+        .flat_map(|b| {
+            remaining.iter().map(|&i| MetaPiece {
+                number: b.pieces[i].number(),
+                live: live_counts[i],
+                shadowed: b.shadowed_counts[i],
+            })
+        })
+        .chain((written > 0).then_some(MetaPiece {
+            number: ctx.new_number,
+            live: written as u64,
+            shadowed: shadowed.min(written as u64),
+        }))
         .collect();
     if pieces.len() > MAX_PIECES {
         return Err(Error::Internal(format!(

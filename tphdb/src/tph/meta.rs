@@ -15,8 +15,9 @@ pub(crate) enum IndexFormat {
     /// Version 1: a perfect hash (section 17) and a slot per table entry
     /// (section 18), piece fields `i + 1`, 0 empty.
     Slots,
-    /// Version 2, written since: a fuse storing each live key's field
-    /// (section 21), piece fields `i`.
+    /// Versions 2 and 3 (written since; 3 adds each piece's shadowed
+    /// entries): a fuse storing each live key's field (section 21), piece
+    /// fields `i`.
     Fuse,
 }
 
@@ -24,9 +25,23 @@ impl IndexFormat {
     fn version(self) -> u32 {
         match self {
             IndexFormat::Slots => 1,
-            IndexFormat::Fuse => 2,
+            IndexFormat::Fuse => 3,
         }
     }
+}
+
+/// A data piece of a TPH, as its head records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MetaPiece {
+    pub(crate) number: u64,
+    /// Its entries that are the newest version of their key in the TPH.
+    pub(crate) live: u64,
+    /// Its entries whose key had a version in a level below when it was
+    /// written (an estimate: signatures can err); 0 at the bottom and in
+    /// heads written before version 3. Of a piece's live entries, the
+    /// same share is taken to hide a version below: garbage that a
+    /// push-down and a fold below would free.
+    pub(crate) shadowed: u64,
 }
 /// The paper allows up to 1024 pieces per TPH.
 pub(crate) const MAX_PIECES: usize = 1024;
@@ -39,43 +54,48 @@ pub(crate) struct TphMeta {
     pub(crate) partition: u64,
     pub(crate) sig_bits: u32,
     pub(crate) piece_bits: u32,
-    /// Data pieces, oldest first: file number and live entries in it.
-    pub(crate) pieces: Vec<(u64, u64)>,
+    /// Data pieces, oldest first.
+    pub(crate) pieces: Vec<MetaPiece>,
 }
 
 impl TphMeta {
     pub(crate) fn live_total(&self) -> u64 {
-        self.pieces.iter().map(|p| p.1).sum()
+        self.pieces.iter().map(|p| p.live).sum()
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32 + self.pieces.len() * 16);
+        let mut b = Vec::with_capacity(32 + self.pieces.len() * 24);
         b.put_u32(self.format.version());
         b.put_u32(self.level);
         b.put_u64(self.partition);
         b.put_u32(self.sig_bits);
         b.put_u32(self.piece_bits);
         b.put_u32(self.pieces.len() as u32);
-        for &(number, live) in &self.pieces {
-            b.put_u64(number);
-            b.put_u64(live);
+        for p in &self.pieces {
+            b.put_u64(p.number);
+            b.put_u64(p.live);
+            if self.format == IndexFormat::Fuse {
+                b.put_u64(p.shadowed);
+            }
         }
         b
     }
 
     pub(crate) fn decode(b: &[u8]) -> Result<TphMeta> {
         let mut d = Decoder::new(b, "tph meta");
-        let format = match d.u32()? {
+        let version = d.u32()?;
+        let format = match version {
             1 => IndexFormat::Slots,
-            2 => IndexFormat::Fuse,
-            v => return Err(Error::corruption("tph meta version", "1 or 2", v)),
+            2 | 3 => IndexFormat::Fuse,
+            v => return Err(Error::corruption("tph meta version", "1 to 3", v)),
         };
+        let record = if version == 3 { 24 } else { 16 };
         let level = d.u32()?;
         let partition = d.u64()?;
         let sig_bits = d.u32()?;
         let piece_bits = d.u32()?;
         let count = d.u32()? as usize;
-        if count == 0 || count > MAX_PIECES || count > d.remaining() / 16 {
+        if count == 0 || count > MAX_PIECES || count > d.remaining() / record {
             return Err(Error::corruption(
                 "tph piece count",
                 format!("1..={MAX_PIECES}"),
@@ -84,7 +104,11 @@ impl TphMeta {
         }
         let mut pieces = Vec::with_capacity(count);
         for _ in 0..count {
-            pieces.push((d.u64()?, d.u64()?));
+            pieces.push(MetaPiece {
+                number: d.u64()?,
+                live: d.u64()?,
+                shadowed: if version == 3 { d.u64()? } else { 0 },
+            });
         }
         d.finish()?;
         Ok(TphMeta {
@@ -95,5 +119,75 @@ impl TphMeta {
             piece_bits,
             pieces,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(format: IndexFormat) -> TphMeta {
+        TphMeta {
+            format,
+            level: 2,
+            partition: 9,
+            sig_bits: 10,
+            piece_bits: 1,
+            pieces: vec![
+                MetaPiece {
+                    number: 7,
+                    live: 100,
+                    shadowed: if format == IndexFormat::Fuse { 40 } else { 0 },
+                },
+                MetaPiece {
+                    number: 12,
+                    live: 3,
+                    shadowed: 0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_meta_round_trips_with_its_shadowed_counts() {
+        for format in [IndexFormat::Slots, IndexFormat::Fuse] {
+            let m = meta(format);
+            assert_eq!(TphMeta::decode(&m.encode()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn a_version_2_meta_reads_with_no_shadowed_entries() {
+        let mut b = Vec::new();
+        for v in [2u32, 2, 9] {
+            b.put_u32(v);
+        }
+        b.put_u32(0); // partition's high half
+        b.put_u32(10);
+        b.put_u32(0);
+        b.put_u32(1);
+        b.put_u64(5);
+        b.put_u64(77);
+        let m = TphMeta::decode(&b).unwrap();
+        assert_eq!(m.format, IndexFormat::Fuse);
+        assert_eq!(
+            m.pieces,
+            vec![MetaPiece {
+                number: 5,
+                live: 77,
+                shadowed: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn a_truncated_or_unknown_meta_is_corruption() {
+        let b = meta(IndexFormat::Fuse).encode();
+        for len in 0..b.len() {
+            assert!(TphMeta::decode(&b[..len]).is_err(), "{len} bytes");
+        }
+        let mut v4 = b.clone();
+        v4[0] = 4;
+        assert!(TphMeta::decode(&v4).is_err());
     }
 }

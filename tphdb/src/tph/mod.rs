@@ -160,6 +160,10 @@ pub(crate) struct Garbage {
     pub(crate) live_tombstones: u64,
     /// Data bytes of the live tombstones.
     pub(crate) live_tombstone_bytes: u64,
+    /// Data bytes, estimated, of the versions in lower levels that live
+    /// entries hide (see [`meta::MetaPiece::shadowed`]): garbage that only a
+    /// push-down (and then a fold below) frees.
+    pub(crate) shadowed_bytes: u64,
 }
 
 impl Garbage {
@@ -169,6 +173,7 @@ impl Garbage {
         self.live_entries += o.live_entries;
         self.live_tombstones += o.live_tombstones;
         self.live_tombstone_bytes += o.live_tombstone_bytes;
+        self.shadowed_bytes += o.shadowed_bytes;
     }
 
     /// Whether some entry was replaced.
@@ -212,7 +217,20 @@ pub(crate) fn piece_garbage(props: &crate::piece::PieceProperties, live: u64) ->
         live_entries: live,
         live_tombstones,
         live_tombstone_bytes: (tombstone_bytes as u64).min(props.data_bytes),
+        shadowed_bytes: 0,
     }
+}
+
+/// Of a piece's `shadowed` entries, those still live, estimated pro rata
+/// to its `live` share: the entries of its own whose keys hide a version
+/// in a level below.
+pub(crate) fn live_shadowed(
+    props: &crate::piece::PieceProperties,
+    live: u64,
+    shadowed: u64,
+) -> u64 {
+    let entries = props.entry_count.max(1);
+    (u128::from(shadowed.min(entries)) * u128::from(live.min(entries)) / u128::from(entries)) as u64
 }
 
 /// A two-tier perfect hash table. Immutable; a compaction makes a new one.
@@ -224,6 +242,8 @@ pub(crate) struct Tph {
     /// Data pieces, oldest first.
     pieces: Vec<Arc<PieceFile>>,
     live_counts: Vec<u64>,
+    /// `MetaPiece::shadowed` of each piece.
+    shadowed_counts: Vec<u64>,
     /// Kept, not summed on demand: one-level mode's writers read it for
     /// level 1 before each write group (see `compaction::level1_due`).
     live_data_bytes: u64,
@@ -299,40 +319,33 @@ impl Tph {
         head.release_mapped_pages();
         let (meta, index) = loaded?;
         let mut pieces = Vec::with_capacity(meta.pieces.len());
-        for &(n, _) in &meta.pieces {
-            pieces.push(get(n)?);
+        for p in &meta.pieces {
+            pieces.push(get(p.number)?);
         }
-        let live_counts = meta.pieces.iter().map(|p| p.1).collect();
-        Ok(Tph::assemble(
-            meta.level,
-            meta.partition,
-            head,
-            pieces,
-            live_counts,
-            index,
-        ))
+        Ok(Tph::assemble(head, pieces, &meta, index))
     }
 
-    /// A TPH of these parts: `live_counts[i]` live keys in `pieces[i]`.
+    /// A TPH of these parts: `pieces[i]` is `meta.pieces[i]`.
     fn assemble(
-        level: u32,
-        partition: u64,
         head: Arc<PieceFile>,
         pieces: Vec<Arc<PieceFile>>,
-        live_counts: Vec<u64>,
+        meta: &TphMeta,
         index: GlobalIndex,
     ) -> Tph {
+        debug_assert_eq!(pieces.len(), meta.pieces.len());
+        let live_counts: Vec<u64> = meta.pieces.iter().map(|p| p.live).collect();
         let live_data_bytes = pieces
             .iter()
             .zip(&live_counts)
             .map(|(p, &live)| p.properties().data_bytes_of(live))
             .sum();
         Tph {
-            level,
-            partition,
+            level: meta.level,
+            partition: meta.partition,
             head,
             pieces,
             live_counts,
+            shadowed_counts: meta.pieces.iter().map(|p| p.shadowed).collect(),
             live_data_bytes,
             index,
         }
@@ -411,8 +424,12 @@ impl Tph {
     /// (see [`piece_garbage`]).
     pub(crate) fn garbage(&self) -> Garbage {
         let mut g = Garbage::default();
-        for (p, &live) in self.pieces.iter().zip(&self.live_counts) {
-            g.add(&piece_garbage(p.properties(), live));
+        for (i, p) in self.pieces.iter().enumerate() {
+            let (props, live) = (p.properties(), self.live_counts[i]);
+            let mut piece = piece_garbage(props, live);
+            let shadowed = live_shadowed(props, live, self.shadowed_counts[i]);
+            piece.shadowed_bytes = props.data_bytes_of(shadowed);
+            g.add(&piece);
         }
         g
     }
@@ -438,6 +455,12 @@ impl Tph {
             Some(p) => self.pieces[p].get_counted(key, h, count),
             None => Ok(None),
         }
+    }
+
+    /// Whether the global index routes `key` to a piece: it holds the key,
+    /// or a key that shares its signature.
+    pub(crate) fn routes(&self, key: &[u8], h: u64) -> bool {
+        self.index.route(key, h).is_some()
     }
 
     /// Whether the entry for `key` found in piece `piece` is its live version.

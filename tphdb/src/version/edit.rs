@@ -59,10 +59,11 @@ const FORMAT: u64 = 10;
 /// without a format field; a later version writes one in the first record
 /// of every MANIFEST, so that a reader that does not know it refuses the
 /// whole database before it reads anything else. Version 2: TPH heads
-/// carry a fuse global index (meta version 2); version-1 heads are still
-/// read, and the first open that writes makes a version-1 database version
-/// 2 (every open starts a MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 2;
+/// carry a fuse global index (meta version 2). Version 3: heads record
+/// each piece's shadowed entries (meta version 3). Older heads are still
+/// read, and the first open that writes makes an older database version 3
+/// (every open starts a MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {

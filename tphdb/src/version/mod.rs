@@ -77,6 +77,15 @@ impl Version {
         Ok(None)
     }
 
+    /// Whether a level below `level` holds `key` (hash `h`), as the global
+    /// indexes say: no read, and a signature match of another key passes.
+    pub(crate) fn holds_below(&self, level: u32, key: &[u8], h: u64) -> bool {
+        (level + 1..=self.depth).any(|l| {
+            self.tph(l, partition_of(h, self.partitions(l)))
+                .is_some_and(|t| t.routes(key, h))
+        })
+    }
+
     /// Every TPH, level 0 first.
     pub(crate) fn tphs(&self) -> impl Iterator<Item = &Arc<Tph>> {
         self.l0

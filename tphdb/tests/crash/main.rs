@@ -367,9 +367,16 @@ fn sweep_filling_the_disk_at_each_append() {
         went_on += (r.written_after_no_space > 0) as usize;
         verify_run(&fs, r, &format!("disk full at append {n}"));
     }
+    // A writer sees only the failures of its own appends (the WAL's, a
+    // flush it waits for); background jobs retry theirs unseen. The
+    // workload overwrites 40 keys in turn, so most of what it stores hides
+    // older versions below, and GC push-downs and folds take about a third
+    // of its appends (1,567 in all before they did, 2,468 since): about 40%
+    // of the runs then see a failure and write on, against more than half
+    // before.
     let runs = appends.div_ceil(step as u64) as usize;
     assert!(
-        went_on * 2 > runs,
+        went_on * 4 > runs,
         "only {went_on} of {runs} runs wrote on after running out of space"
     );
 }

@@ -101,6 +101,7 @@ impl Harness {
             hashes: 0..=u64::MAX,
             pinned: &self.pinned,
             carried_down: &self.carried_down,
+            below: None,
         };
         self.next_number += 1;
         let outcome = merge(&ctx, self.tph.as_deref(), delta).unwrap();
