@@ -53,6 +53,13 @@ struct Args {
     memory_mb: Option<usize>,
 }
 
+/// jemalloc: its background thread returns freed pages after a second
+/// (`.cargo/config.toml`), where glibc's heaps kept tens of megabytes of
+/// freed merge buffers resident.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let a = Args::parse();
     let db_options = tphdb::Options {

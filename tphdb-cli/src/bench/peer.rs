@@ -79,6 +79,12 @@ pub struct PeerArgs {
     /// Seconds of fio beside `readrandom --direct-io` (0 or no fio: none).
     #[arg(long, default_value_t = 5)]
     pub fio_seconds: u32,
+    /// tphdb and RocksDB: memtables each may hold, the one being written
+    /// included (RocksDB's `max_write_buffer_number`, tphdb's
+    /// `max_immutable_memtables` + 1), for a comparison at equal memtable
+    /// budgets; none: each engine's default (2 and 3).
+    #[arg(long)]
+    pub memtables: Option<usize>,
     /// tphdb: memtable size in MiB.
     #[arg(long)]
     pub write_buffer_mb: Option<usize>,
@@ -146,6 +152,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
         ("direct_io", json!(a.direct_io)),
         ("seed", json!(a.seed)),
         ("memory_mb", json!(a.memory_mb)),
+        ("memtables", json!(a.memtables)),
     ] {
         report.param(k, v);
     }
@@ -175,6 +182,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                 tuned_cache_bytes: tuned_cache,
                 data_bytes: a.keys * (a.key_size + a.value_size) as u64 * 2,
                 memory_mb: a.memory_mb,
+                memtables: a.memtables,
                 tphdb: TphdbSettings {
                     write_buffer_mb: a.write_buffer_mb,
                     max_immutable_memtables: a.max_immutable_memtables,

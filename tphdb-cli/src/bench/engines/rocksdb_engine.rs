@@ -26,6 +26,9 @@ impl Rocks {
         opts.create_if_missing(true);
         opts.set_compression_type(DBCompressionType::None);
         opts.set_use_direct_reads(cfg.direct_io);
+        if let Some(n) = cfg.memtables {
+            opts.set_max_write_buffer_number(n.max(2) as i32);
+        }
         let mut table = BlockBasedOptions::default();
         if tuned {
             // Index and filter blocks stay in the table readers' memory,

@@ -30,6 +30,7 @@ impl Tphdb {
                 .map(|b| b / 2),
             max_immutable_memtables: t
                 .max_immutable_memtables
+                .or(cfg.memtables.map(|n| n.saturating_sub(1)))
                 .unwrap_or(d.max_immutable_memtables),
             compaction_memory_bytes: t
                 .compaction_memory_mb
