@@ -236,7 +236,11 @@ fn repair_salvages_in_passes_within_its_memory_bound() {
         ..options(&fs)
     };
     let report = DB::repair(&opts, DIR).unwrap();
-    assert!(report.passes >= 8, "{report}");
+    // The entries held take more memory than their bytes on disk, so a
+    // quarter of the files' bytes takes at least four passes. (This asked
+    // for 8, the count it saw, until GC push-downs changed what the build
+    // leaves behind: 7 in a CI run, by the background's timing.)
+    assert!(report.passes >= 4, "{report}");
     assert!(report.lost.is_empty(), "{report}");
     assert_eq!(report.keys as usize, state.len());
     assert_eq!(read_all(&fs).unwrap(), state);
