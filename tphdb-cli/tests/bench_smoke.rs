@@ -169,3 +169,22 @@ fn stats_prints_a_database() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("level") && text.contains("index"), "{text}");
 }
+
+/// Regression: a `--dir` that did not exist yet failed the run ("No such
+/// file or directory") instead of being created.
+#[test]
+fn bench_creates_a_missing_dir() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let missing = dir.path().join("not/yet");
+    let v = run_bench(&[
+        "fillrandom",
+        "--engines",
+        "tphdb",
+        "--keys",
+        "2000",
+        "--dir",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(results(&v).len(), 1);
+    assert!(missing.is_dir());
+}

@@ -81,6 +81,7 @@ fn load_settled(
 
 pub fn run_open(a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
     let parent = a.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    std::fs::create_dir_all(&parent)?;
     let tmp = tempfile::tempdir_in(&parent)?;
     let path = tmp.path().join("db");
     let opts = engine_options(&a);

@@ -62,7 +62,10 @@ fn phf_kind(name: &str) -> Result<PhfKind, String> {
 
 pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
     let tmp = match &a.dir {
-        Some(d) => tempfile::tempdir_in(d)?,
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            tempfile::tempdir_in(d)?
+        }
         None => tempfile::tempdir_in(".")?,
     };
     let mut rng = fastrand::Rng::with_seed(42);
