@@ -196,9 +196,10 @@ pub struct Options {
     /// under it. Versions that the live entries of a TPH above the bottom
     /// hide in the levels below count too, and a TPH with a larger share
     /// of those than any TPH's garbage share is pushed down instead, so
-    /// that folds below can free them. Overwrites spread garbage evenly over every TPH, so
-    /// without this the database could hold nearly `1 / (1 - gc_dead_ratio)`
-    /// times its live data. Lower keeps less space and writes more: a 4M x
+    /// that folds below can free them. Overwrites spread garbage evenly
+    /// over every TPH, so without this the database could hold nearly
+    /// `1 / (1 - gc_dead_ratio)` times its live data. Lower keeps less
+    /// space and writes more: a 4M x
     /// 1 KiB overwrite ended at 1.27x RocksDB's space with 1.0, 1.16x with
     /// 0.2 and 0.99x with 0.1, writing 2.97, 3.00 and 3.09 bytes per byte;
     /// at 16M, 1.062x with 0.1 and 1.039x with 0.08, writing 3.42 and 3.45.

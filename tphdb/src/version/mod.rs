@@ -60,6 +60,11 @@ impl Version {
         self.levels.get(level as usize - 1)?.get(&partition)
     }
 
+    /// The TPH of level `level >= 1` whose partition holds hash `h`, if any.
+    fn tph_of(&self, level: u32, h: u64) -> Option<&Arc<Tph>> {
+        self.tph(level, partition_of(h, self.partitions(level)))
+    }
+
     /// The newest version of `key` (hash `h`) in the TPHs, if any.
     pub(crate) fn get(&self, key: &[u8], h: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
         for tph in &self.l0 {
@@ -68,7 +73,7 @@ impl Version {
             }
         }
         for level in 1..=self.depth {
-            if let Some(tph) = self.tph(level, partition_of(h, self.partitions(level))) {
+            if let Some(tph) = self.tph_of(level, h) {
                 if let Some(e) = tph.get_counted(key, h, count)? {
                     return Ok(Some(e));
                 }
@@ -80,10 +85,7 @@ impl Version {
     /// Whether a level below `level` holds `key` (hash `h`), as the global
     /// indexes say: no read, and a signature match of another key passes.
     pub(crate) fn holds_below(&self, level: u32, key: &[u8], h: u64) -> bool {
-        (level + 1..=self.depth).any(|l| {
-            self.tph(l, partition_of(h, self.partitions(l)))
-                .is_some_and(|t| t.routes(key, h))
-        })
+        (level + 1..=self.depth).any(|l| self.tph_of(l, h).is_some_and(|t| t.routes(key, h)))
     }
 
     /// Every TPH, level 0 first.
