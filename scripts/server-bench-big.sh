@@ -3,7 +3,8 @@
 # get 64 MiB (Redis: maxmemory with noeviction; tphdb-server: --memory-mb),
 # then pipelined SETs (`-P 16`, 50 clients) of VALUE_SIZE-byte values over
 # enough random keys for about 0.66 GB of distinct data (6.3e5 keys at
-# 1000 bytes, 4.7e6 at 100), three SETs a key, then GETs over the same keys.
+# 1000 bytes, 4.7e6 at 100), three SETs a key, then GETs over the same keys:
+# at once, and again once the background work has settled.
 # Prints what each server holds, tphdb-server's memory (anonymous, and file
 # pages mapped from its pieces, which are page cache) and redis-benchmark's
 # CSV rows; Redis is measured on the keys it can hold under the limit.
@@ -49,6 +50,16 @@ pid=$!
 sleep 1
 redis-benchmark -p 7480 -t set -n "$sets" -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
 echo "tphdb keys: $(redis-cli -p 7480 dbsize)  VmHWM/VmRSS: $(grep -E 'VmHWM|RssAnon|RssFile' /proc/$pid/status | tr -s ' ' | tr '\n' ' ')"
+echo "tphdb after the SETs: $(redis-cli -p 7480 info tphdb | tr -d '\r' | grep -E '^(write_amplification|wal_amplification|flushes|compactions|stall_micros):' | tr '\n' ' ')"
+echo "GETs while the load's flushes and merges still run:"
+redis-benchmark -p 7480 -t get -n 2000000 -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
+# Then as a read benchmark after a load is usually run (db_bench's
+# readrandom on an existing database): once no flush or compaction runs
+# or is due.
+busy() { redis-cli -p 7480 info tphdb | tr -d '\r' | grep -qE '^(running_jobs:[1-9]|compaction_pending:1)'; }
+waited=0
+while busy && [ "$waited" -lt 600 ]; do sleep 1; waited=$((waited + 1)); done
+echo "GETs after the background work settled (${waited} s later):"
 redis-benchmark -p 7480 -t get -n 2000000 -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
 redis-benchmark -p 7480 -t get -n 200000 -r "$keys" -d "$value" -c 50 --csv 2>&1 | tail -1
 echo "after gets VmHWM/VmRSS: $(grep -E 'VmHWM|RssAnon|RssFile' /proc/$pid/status | tr -s ' ' | tr '\n' ' ')"

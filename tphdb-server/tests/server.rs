@@ -172,6 +172,14 @@ fn strings_commands_answer_as_redis_does() {
     assert!(redis::cmd("DBSIZE").query::<i64>(&mut c).unwrap() >= 3);
     let info: String = redis::cmd("INFO").query(&mut c).unwrap();
     assert!(info.contains("redis_version:") && info.contains("# tphdb"));
+    let tphdb: String = redis::cmd("INFO").arg("tphdb").query(&mut c).unwrap();
+    for field in [
+        "write_amplification:",
+        "running_jobs:",
+        "compaction_pending:",
+    ] {
+        assert!(tphdb.contains(field), "no {field} in {tphdb}");
+    }
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
     let left: Vec<String> = c.scan().unwrap().collect();
     assert!(left.is_empty(), "{left:?}");

@@ -55,6 +55,50 @@ fn compactions_start_only_on_a_free_thread() {
     }
 }
 
+/// `running_jobs` and `work_pending` say whether background work is
+/// under way, as a server's INFO reports it: seen busy during a load, and
+/// idle once a wait for compactions returns.
+#[test]
+fn stats_show_background_work_until_it_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DB::open(&small(), dir.path()).unwrap();
+    let idle = db.stats();
+    assert_eq!((idle.running_jobs, idle.work_pending), (0, false));
+    let mut seen_busy = 0;
+    for i in 0..100_000u64 {
+        db.put(spread_key(i), [i as u8; 100]).unwrap();
+        if i % 200 == 0 {
+            let st = db.stats();
+            if st.running_jobs > 0 || st.work_pending {
+                seen_busy += 1;
+            }
+        }
+    }
+    assert!(seen_busy > 0, "no sample of 500 saw a job running or due");
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let st = db.stats();
+    assert_eq!(
+        (st.running_jobs, st.work_pending),
+        (0, false),
+        "{}",
+        st.level_table()
+    );
+    assert!(st.report().contains("running now 0"));
+    assert_eq!(
+        db.property_value("tphdb.num-running-jobs")
+            .unwrap()
+            .as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        db.property_value("tphdb.compaction-pending")
+            .unwrap()
+            .as_deref(),
+        Some("0")
+    );
+}
+
 /// A wait for compactions returns once the files of what the last jobs
 /// replaced are gone, not while the job that pushed a TPH down still
 /// holds it: a benchmark measuring space right after its settle counted

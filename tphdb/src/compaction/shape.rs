@@ -28,9 +28,7 @@ impl TphSize {
     /// The share of its stored bytes a fold of all its pieces would free:
     /// dead entries, and at the bottom also live tombstones.
     pub(super) fn garbage_share(&self, bottom: bool) -> f64 {
-        let g = &self.garbage;
-        let freed = g.dead_bytes + if bottom { g.live_tombstone_bytes } else { 0 };
-        freed as f64 / g.data_bytes.max(1) as f64
+        self.garbage.foldable_bytes(bottom) as f64 / self.garbage.data_bytes.max(1) as f64
     }
 
     /// The share of its stored bytes that the versions its live entries
@@ -95,12 +93,7 @@ impl Shape {
             let bottom = i + 1 == self.depth as usize;
             for t in level.values() {
                 stored += t.garbage.data_bytes;
-                garbage += t.garbage.dead_bytes
-                    + if bottom {
-                        t.garbage.live_tombstone_bytes
-                    } else {
-                        t.garbage.shadowed_bytes
-                    };
+                garbage += t.garbage.collectable_bytes(bottom);
             }
         }
         garbage as f64 / stored.max(1) as f64

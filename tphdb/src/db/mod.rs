@@ -571,7 +571,10 @@ impl DB {
     /// `tphdb.num-files-at-level<N>`, `tphdb.estimate-num-keys`,
     /// `tphdb.index-memory-bytes`, `tphdb.cur-size-all-mem-tables`,
     /// `tphdb.num-immutable-mem-table`, `tphdb.size-all-mem-tables` (with
-    /// the flushed memtables snapshots and iterators still hold).
+    /// the flushed memtables snapshots and iterators still hold),
+    /// `tphdb.compaction-pending` (1 if a flush or compaction is due and
+    /// not started) and `tphdb.num-running-jobs` (flushes and compactions
+    /// running).
     pub fn property_value(&self, name: &str) -> Result<Option<String>> {
         Ok(self.inner.property(name))
     }

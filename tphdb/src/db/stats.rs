@@ -281,6 +281,12 @@ pub struct DBStats {
     /// The most compactions (level-0 merges, push-downs, folds) that held
     /// a background thread at once: at most `background_threads`.
     pub peak_running_compactions: u64,
+    /// Flushes and compactions running now.
+    pub running_jobs: u64,
+    /// Whether a flush or compaction is due that has not started
+    /// (RocksDB's `rocksdb.compaction-pending`). With `running_jobs` at 0
+    /// too, the background work is done until the next writes.
+    pub work_pending: bool,
     /// Time writers waited for flushes and compactions.
     pub stall_micros: u64,
     /// Time the last open took.
@@ -308,6 +314,13 @@ fn ratio(a: u64, b: u64) -> f64 {
 impl Inner {
     pub(crate) fn collect_stats(&self) -> DBStats {
         let s = &self.stats;
+        let (running_jobs, work_pending) = {
+            let st = self.state.lock();
+            (
+                st.running_jobs as u64,
+                !self.read_only && self.work_due(&st),
+            )
+        };
         let (sv, _) = self.read_view();
         let v = &sv.version;
         let (mut pinned_in_memory, mut pinned_spilled) = (0u64, 0u64);
@@ -352,12 +365,9 @@ impl Inner {
                 ls.live_bytes += t.live_data_bytes();
                 let g = t.garbage();
                 ls.live_tombstones += g.live_tombstones;
-                ls.garbage_bytes += g.dead_bytes;
-                if level as u32 == v.depth {
-                    ls.garbage_bytes += g.live_tombstone_bytes;
-                } else {
-                    ls.shadowed_bytes += g.shadowed_bytes;
-                }
+                let bottom = level as u32 == v.depth;
+                ls.garbage_bytes += g.foldable_bytes(bottom);
+                ls.shadowed_bytes += g.collectable_bytes(bottom) - g.foldable_bytes(bottom);
             }
             stored += ls.stored_entries;
             levels.push(ls);
@@ -438,6 +448,8 @@ impl Inner {
             push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
             push_down_waits: s.push_down_waits.load(Relaxed),
             peak_running_compactions: s.peak_running_compactions.load(Relaxed),
+            running_jobs,
+            work_pending,
             stall_micros: s.stall_micros.load(Relaxed),
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
@@ -471,6 +483,8 @@ impl Inner {
             "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
             "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),
             "tphdb.num-immutable-mem-table" => Some(stats.immutable_memtables.to_string()),
+            "tphdb.compaction-pending" => Some(u8::from(stats.work_pending).to_string()),
+            "tphdb.num-running-jobs" => Some(stats.running_jobs.to_string()),
             "tphdb.size-all-mem-tables" => {
                 Some((stats.memtable_bytes + stats.pinned_memtable_bytes).to_string())
             }
@@ -578,8 +592,12 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "push-downs merged into meanwhile {}  waited for a merge {}  most compactions at once {}",
-            self.push_downs_overlapped, self.push_down_waits, self.peak_running_compactions
+            "push-downs merged into meanwhile {}  waited for a merge {}  most compactions at once {}  running now {}{}",
+            self.push_downs_overlapped,
+            self.push_down_waits,
+            self.peak_running_compactions,
+            self.running_jobs,
+            if self.work_pending { ", more due" } else { "" }
         );
         let _ = writeln!(
             s,

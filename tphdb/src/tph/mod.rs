@@ -180,6 +180,19 @@ impl Garbage {
     pub(crate) fn has_dead(&self, stored_entries: u64) -> bool {
         self.live_entries < stored_entries
     }
+
+    /// Bytes a fold of every piece frees: dead entries, and at the bottom
+    /// (`bottom`) also live tombstones, which hide nothing below.
+    pub(crate) fn foldable_bytes(&self, bottom: bool) -> u64 {
+        self.dead_bytes + if bottom { self.live_tombstone_bytes } else { 0 }
+    }
+
+    /// Bytes that count towards `Options::max_garbage_ratio`: what a fold
+    /// frees and, above the bottom, the versions hidden below, which a
+    /// push-down and then a fold below free.
+    pub(crate) fn collectable_bytes(&self, bottom: bool) -> u64 {
+        self.foldable_bytes(bottom) + if bottom { 0 } else { self.shadowed_bytes }
+    }
 }
 
 /// The garbage of a piece with `live` live entries, estimated from its
