@@ -64,10 +64,6 @@ fn main() {
     let a = Args::parse();
     let db_options = tphdb::Options {
         memory_budget_bytes: a.memory_mb.map(|m| m << 20),
-        // A second frozen memtable: one writer's stall is every client's.
-        // Under `--memory-mb 64` it took 84-100 K SETs/s where one took
-        // 58-72 K (docs/server.md).
-        max_immutable_memtables: 2,
         ..tphdb::Options::default()
     };
     let cfg = Config {

@@ -82,7 +82,7 @@ pub struct PeerArgs {
     /// tphdb and RocksDB: memtables each may hold, the one being written
     /// included (RocksDB's `max_write_buffer_number`, tphdb's
     /// `max_immutable_memtables` + 1), for a comparison at equal memtable
-    /// budgets; none: each engine's default (2 for both).
+    /// budgets; none: each engine's default (2 and 3).
     #[arg(long)]
     pub memtables: Option<usize>,
     /// tphdb: memtable size in MiB.

@@ -34,11 +34,11 @@ pub struct Options {
     /// Size at which the active memtable is frozen and flushed (64 MiB; the
     /// paper: 128 MiB).
     pub write_buffer_bytes: usize,
-    /// Frozen memtables waiting for flush before writers stall (1: two
-    /// memtables in all, RocksDB's default `max_write_buffer_number`; the
-    /// paper: 4). A second frozen one lets writers run on through a slow
-    /// flush, for one more write buffer of memory (see
-    /// `docs/benchmarks.md`).
+    /// Frozen memtables waiting for flush before writers stall (2; the
+    /// paper: 4). The second lets writers run on through a flush slowed by
+    /// compactions, for one more write buffer of memory; with one (two
+    /// memtables in all, RocksDB's default) a 16M x 128-byte fill stopped
+    /// for a second (see `docs/benchmarks.md`).
     pub max_immutable_memtables: usize,
     /// Memory that flushed memtables may keep while snapshots and
     /// iterators still pin them (64 MiB, a write buffer). Past it, at each
@@ -218,7 +218,7 @@ impl Default for Options {
             create_if_missing: true,
             error_if_exists: false,
             write_buffer_bytes: 64 << 20,
-            max_immutable_memtables: 1,
+            max_immutable_memtables: 2,
             pinned_memtable_bytes: 64 << 20,
             memory_budget_bytes: None,
             one_level: false,
