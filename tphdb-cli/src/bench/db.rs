@@ -80,9 +80,7 @@ fn load_settled(
 }
 
 pub fn run_open(a: DbArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let parent = a.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    std::fs::create_dir_all(&parent)?;
-    let tmp = tempfile::tempdir_in(&parent)?;
+    let tmp = super::scratch_dir(a.dir.as_deref())?;
     let path = tmp.path().join("db");
     let opts = engine_options(&a);
     let values = Values::new(a.value_size);

@@ -102,6 +102,14 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Number of hardware threads.
+/// A temporary directory for a run's files inside `--dir` (created if
+/// missing) or the working directory; removed when dropped.
+fn scratch_dir(dir: Option<&std::path::Path>) -> std::io::Result<tempfile::TempDir> {
+    let parent = dir.unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    tempfile::tempdir_in(parent)
+}
+
 pub fn all_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

@@ -137,9 +137,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
     }
     let mut order = a.engines.clone();
     order.sort_by_key(|e| e != "tphdb");
-    let parent = a.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    std::fs::create_dir_all(&parent)?;
-    let tmp = tempfile::tempdir_in(&parent)?;
+    let tmp = super::scratch_dir(a.dir.as_deref())?;
     let exe = std::env::current_exe()?;
     let mut report = Report::new(workload.name());
     for (k, v) in [

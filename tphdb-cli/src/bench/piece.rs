@@ -61,13 +61,7 @@ fn phf_kind(name: &str) -> Result<PhfKind, String> {
 }
 
 pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let tmp = match &a.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            tempfile::tempdir_in(d)?
-        }
-        None => tempfile::tempdir_in(".")?,
-    };
+    let tmp = super::scratch_dir(a.dir.as_deref())?;
     let mut rng = fastrand::Rng::with_seed(42);
     eprintln!(
         "piece: generating {} entries ({} B keys, {} B values)",

@@ -20,6 +20,7 @@ mod read;
 mod repair;
 pub(crate) mod replay;
 mod stats;
+mod stats_report;
 mod write;
 mod write_delay;
 

@@ -1,6 +1,5 @@
 //! Statistics, reported the way the paper reports them.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::Inner;
@@ -367,7 +366,7 @@ impl Inner {
                 ls.live_tombstones += g.live_tombstones;
                 let bottom = level as u32 == v.depth;
                 ls.garbage_bytes += g.foldable_bytes(bottom);
-                ls.shadowed_bytes += g.collectable_bytes(bottom) - g.foldable_bytes(bottom);
+                ls.shadowed_bytes += g.hidden_bytes(bottom);
             }
             stored += ls.stored_entries;
             levels.push(ls);
@@ -496,122 +495,5 @@ impl Inner {
                 Some(stats.levels.get(level).map_or(0, |l| l.pieces).to_string())
             }
         }
-    }
-}
-
-impl DBStats {
-    /// The per-level structure as a table.
-    pub fn level_table(&self) -> String {
-        let mut s = String::from(
-            "level  tphs  empty  pieces      live    stored  tombstones   file MiB  live MiB  garbage MiB  hidden MiB  index KiB\n",
-        );
-        for l in &self.levels {
-            let _ = writeln!(
-                s,
-                "{:>5} {:>5} {:>6} {:>7} {:>9} {:>9} {:>11} {:>10.1} {:>9.1} {:>12.1} {:>11.1} {:>10.1}",
-                l.level,
-                l.tphs,
-                l.empty_partitions,
-                l.pieces,
-                l.live_entries,
-                l.stored_entries,
-                l.live_tombstones,
-                l.file_bytes as f64 / 1048576.0,
-                l.live_bytes as f64 / 1048576.0,
-                l.garbage_bytes as f64 / 1048576.0,
-                l.shadowed_bytes as f64 / 1048576.0,
-                l.index_bytes as f64 / 1024.0
-            );
-        }
-        s
-    }
-
-    /// A human-readable report of everything.
-    pub fn report(&self) -> String {
-        let mut s = String::new();
-        let w = &self.writes_by_cause;
-        let r = &self.compaction_reads;
-        let _ = writeln!(
-            s,
-            "writes {}  user bytes {}  disk written {}  write amp {:.3} (flush and compaction)  wal amp {:.3}",
-            self.writes,
-            self.user_bytes_written,
-            self.disk_bytes_written,
-            self.write_amplification,
-            self.wal_amplification
-        );
-        let _ = writeln!(
-            s,
-            "written by cause: wal {}  flush {}  l0 merge {}  push-down {}  gc fold {}  index {}  manifest {}",
-            w.wal, w.flush, w.l0_merge, w.push_down, w.gc_fold, w.index, w.manifest
-        );
-        let _ = writeln!(
-            s,
-            "compactions read: l0 merge {}  push-down {}  gc fold {}  key hashes {}",
-            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes
-        );
-        let _ = writeln!(
-            s,
-            "gets {} (hits {})  block reads {}  reads/get {:.4}  read amp {:.3}",
-            self.gets,
-            self.get_hits,
-            self.get_block_reads,
-            self.reads_per_get,
-            self.read_amplification
-        );
-        let _ = writeln!(
-            s,
-            "block cache hits {}  misses {}  bytes {} of {}",
-            self.block_cache_hits,
-            self.block_cache_misses,
-            self.block_cache_bytes,
-            self.block_cache_capacity
-        );
-        let _ = writeln!(
-            s,
-            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)",
-            self.index_memory_bytes,
-            self.index_global_bytes,
-            self.index_local_bytes,
-            self.index_bytes_per_key,
-            self.memtable_bytes,
-            self.immutable_memtables,
-            self.pinned_memtable_bytes,
-            self.pinned_memtable_spilled_bytes
-        );
-        let _ = writeln!(
-            s,
-            "flushes {} ({} ms)  compactions {} ({} ms)  pieces folded {} dropped {}  tombstones dropped {}",
-            self.flushes,
-            self.flush_micros / 1000,
-            self.compactions,
-            self.compaction_micros / 1000,
-            self.pieces_folded,
-            self.pieces_dropped,
-            self.tombstones_dropped
-        );
-        let _ = writeln!(
-            s,
-            "push-downs merged into meanwhile {}  waited for a merge {}  most compactions at once {}  running now {}{}",
-            self.push_downs_overlapped,
-            self.push_down_waits,
-            self.peak_running_compactions,
-            self.running_jobs,
-            if self.work_pending { ", more due" } else { "" }
-        );
-        let _ = writeln!(
-            s,
-            "stalls {} ms  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
-            self.stall_micros / 1000,
-            self.wal_bytes,
-            self.wal_syncs,
-            self.open_micros / 1000,
-            self.wal_replayed_batches,
-            self.wal_dropped_bytes,
-            self.wal_files_skipped,
-            self.files_moved_to_lost
-        );
-        s.push_str(&self.level_table());
-        s
     }
 }

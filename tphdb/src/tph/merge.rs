@@ -15,11 +15,12 @@ use bytes::Bytes;
 use super::base::{held_hashes, supersede, LiveKeys};
 use super::copies::Copies;
 use super::fold::{carry_victims, load_pass, Written};
+use super::garbage::{live_shadowed, piece_garbage};
 use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::meta::{
     IndexFormat, MetaPiece, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
 };
-use super::{live_shadowed, piece_file_name, piece_garbage, PieceFile, PieceReads, Tph};
+use super::{piece_file_name, PieceFile, PieceReads, Tph};
 use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;

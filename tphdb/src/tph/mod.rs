@@ -15,6 +15,7 @@ mod base;
 mod copies;
 mod cursor;
 mod fold;
+mod garbage;
 mod index;
 mod merge;
 mod meta;
@@ -28,6 +29,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use cursor::TphCursor;
+pub(crate) use garbage::Garbage;
+use garbage::{live_shadowed, piece_garbage};
 pub(crate) use merge::{
     merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, MERGE_BYTES_PER_ENTRY,
 };
@@ -142,108 +145,6 @@ impl Drop for PieceFile {
             let _ = self.fs.remove(&self.path);
         }
     }
-}
-
-/// What a TPH holds besides live values: the bytes a GC fold may free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Garbage {
-    /// Data bytes of every stored entry, live or not.
-    pub(crate) data_bytes: u64,
-    /// Data bytes of entries a newer one replaced.
-    pub(crate) dead_bytes: u64,
-    /// Live keys, tombstones included.
-    pub(crate) live_entries: u64,
-    /// Live keys whose newest version is a tombstone. Above the bottom they
-    /// hide older versions below; at the bottom they only hide the dead
-    /// entries of older pieces of the TPH, and a fold of every piece
-    /// drops them.
-    pub(crate) live_tombstones: u64,
-    /// Data bytes of the live tombstones.
-    pub(crate) live_tombstone_bytes: u64,
-    /// Data bytes, estimated, of the versions in lower levels that live
-    /// entries hide (see [`meta::MetaPiece::shadowed`]): garbage that only a
-    /// push-down (and then a fold below) frees.
-    pub(crate) shadowed_bytes: u64,
-}
-
-impl Garbage {
-    fn add(&mut self, o: &Garbage) {
-        self.data_bytes += o.data_bytes;
-        self.dead_bytes += o.dead_bytes;
-        self.live_entries += o.live_entries;
-        self.live_tombstones += o.live_tombstones;
-        self.live_tombstone_bytes += o.live_tombstone_bytes;
-        self.shadowed_bytes += o.shadowed_bytes;
-    }
-
-    /// Whether some entry was replaced.
-    pub(crate) fn has_dead(&self, stored_entries: u64) -> bool {
-        self.live_entries < stored_entries
-    }
-
-    /// Bytes a fold of every piece frees: dead entries, and at the bottom
-    /// (`bottom`) also live tombstones, which hide nothing below.
-    pub(crate) fn foldable_bytes(&self, bottom: bool) -> u64 {
-        self.dead_bytes + if bottom { self.live_tombstone_bytes } else { 0 }
-    }
-
-    /// Bytes that count towards `Options::max_garbage_ratio`: what a fold
-    /// frees and, above the bottom, the versions hidden below, which a
-    /// push-down and then a fold below free.
-    pub(crate) fn collectable_bytes(&self, bottom: bool) -> u64 {
-        self.foldable_bytes(bottom) + if bottom { 0 } else { self.shadowed_bytes }
-    }
-}
-
-/// The garbage of a piece with `live` live entries, estimated from its
-/// properties: which entries are live is not recorded, only how many.
-/// Taking the tombstones to be the live ones first errs towards
-/// collecting: deletes replace values, and a piece a fold wrote holds
-/// carried values beside tombstones. Counted pro rata, such a piece hid
-/// most of its dead bytes once its values were deleted too.
-pub(crate) fn piece_garbage(props: &crate::piece::PieceProperties, live: u64) -> Garbage {
-    let entries = props.entry_count.max(1);
-    let tombstones = props.tombstone_count.min(entries);
-    let live = live.min(entries);
-    let live_tombstones = tombstones.min(live);
-    let live_values = live - live_tombstones;
-    // An entry's bytes: its key and value bytes, plus an equal share of
-    // the rest of the data region (headers, slots, padding).
-    let overhead = props
-        .data_bytes
-        .saturating_sub(props.key_bytes + props.value_bytes) as f64
-        / entries as f64;
-    let key = props.key_bytes as f64 / entries as f64;
-    let value = props.value_bytes as f64 / (entries - tombstones).max(1) as f64;
-    let tombstone_bytes = live_tombstones as f64 * (key + overhead);
-    let live_bytes = tombstone_bytes + live_values as f64 * (key + value + overhead);
-    // Exactly none when nothing was replaced: a GC fold is due only where
-    // it has a piece to fold.
-    let dead_bytes = if live == entries {
-        0
-    } else {
-        props.data_bytes.saturating_sub(live_bytes.round() as u64)
-    };
-    Garbage {
-        data_bytes: props.data_bytes,
-        dead_bytes,
-        live_entries: live,
-        live_tombstones,
-        live_tombstone_bytes: (tombstone_bytes as u64).min(props.data_bytes),
-        shadowed_bytes: 0,
-    }
-}
-
-/// Of a piece's `shadowed` entries, those still live, estimated pro rata
-/// to its `live` share: the entries of its own whose keys hide a version
-/// in a level below.
-pub(crate) fn live_shadowed(
-    props: &crate::piece::PieceProperties,
-    live: u64,
-    shadowed: u64,
-) -> u64 {
-    let entries = props.entry_count.max(1);
-    (u128::from(shadowed.min(entries)) * u128::from(live.min(entries)) / u128::from(entries)) as u64
 }
 
 /// A two-tier perfect hash table. Immutable; a compaction makes a new one.
