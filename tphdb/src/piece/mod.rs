@@ -26,7 +26,7 @@ pub(crate) use entry::{check_limits, AsEntry};
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub(crate) use entry::{EntryShape, EntrySource};
 pub use format::{Compression, PieceProperties};
-pub(crate) use reader::ReadCount;
+pub(crate) use reader::{KeyHashCursor, ReadCount};
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;
 pub(crate) use writer::write_piece_in_passes;

@@ -287,6 +287,7 @@ pub(crate) fn merge(
         live_counts: &live_counts,
         written: &written,
         found: Vec::new(),
+        cursors: Vec::new(),
     };
     if live.count() == 0 {
         return Ok(MergeOutcome::Emptied { obsolete, stats });

@@ -11,7 +11,7 @@ use crate::util::codec::u64_at;
 
 /// [`PieceReader::for_each_key_hash`] reads the key hashes this many bytes
 /// at a time (a multiple of the 16 bytes of a pair).
-const HASH_CHUNK_BYTES: u64 = 1 << 20;
+const HASH_CHUNK_BYTES: u64 = 64 << 10;
 
 impl PieceReader {
     /// The 64-bit key hash of every entry, ascending; what a TPH's global
@@ -45,14 +45,26 @@ impl PieceReader {
     /// `f` may have seen entries of a damaged section, and the caller must
     /// discard what it made of them.
     pub(crate) fn for_each_key_hash(&self, f: impl FnMut(u64, u64)) -> Result<()> {
-        let result = self.for_each_key_hash_chunked(f);
+        let result = self.key_hashes_through(&mut KeyHashCursor::default(), u64::MAX, f);
         // The chunks were let go of as they were read, but the kernel maps
         // the pages around each one read too.
         self.release_mapped_pages();
-        result
+        result.map(|_| ())
     }
 
-    fn for_each_key_hash_chunked(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
+    /// Calls `f` with the pairs after `cursor` whose hash is at most
+    /// `last`, ascending, and moves `cursor` past them: passes over
+    /// ascending intervals of hashes read the section once between them
+    /// instead of once each. The checksum covers what the calls read
+    /// together, and is checked by the call that reaches the end; until
+    /// then (as for [`PieceReader::for_each_key_hash`]) `f` may have seen
+    /// pairs of a damaged section. Returns the bytes of pairs read.
+    pub(crate) fn key_hashes_through(
+        &self,
+        cursor: &mut KeyHashCursor,
+        last: u64,
+        mut f: impl FnMut(u64, u64),
+    ) -> Result<u64> {
         let section = self
             .sections
             .iter()
@@ -69,31 +81,66 @@ impl PieceReader {
         if section.len != self.props.entry_count * 16 {
             return Err(bad(format!("{} bytes", section.len)));
         }
-        let (mut crc, mut at, mut prev) = (0u32, 0u64, (0u64, 0u64));
-        while at < section.len {
-            let n = (section.len - at).min(HASH_CHUNK_BYTES) as usize;
-            let chunk = self.read_range(section.offset + at, n)?;
-            crc = crc32c::crc32c_append(crc, &chunk);
-            for i in 0..n / 16 {
+        if cursor.checked {
+            return Ok(0);
+        }
+        let from = cursor.at;
+        while cursor.at < section.len {
+            // Less than a chunk is read past the last pair wanted.
+            let n = (section.len - cursor.at).min(HASH_CHUNK_BYTES) as usize;
+            let chunk = self.read_range(section.offset + cursor.at, n)?;
+            let mut used = 0;
+            while used < n {
+                let i = used / 16;
                 let pair = (u64_at(&chunk, 2 * i), u64_at(&chunk, 2 * i + 1));
-                if pair < prev {
-                    return Err(bad(format!("{pair:?} after {prev:?}")));
+                if pair.0 > last {
+                    break;
                 }
-                prev = pair;
+                if pair < cursor.prev {
+                    return Err(bad(format!("{pair:?} after {:?}", cursor.prev)));
+                }
+                cursor.prev = pair;
                 f(pair.0, pair.1);
+                used += 16;
             }
-            self.file.done_with(section.offset + at, n);
-            at += n as u64;
+            cursor.crc = crc32c::crc32c_append(cursor.crc, &chunk[..used]);
+            self.file.done_with(section.offset + cursor.at, used);
+            cursor.at += used as u64;
+            if used < n {
+                break;
+            }
         }
-        if !checksum_matches(section.crc, crc) {
-            return Err(Error::corruption(
-                "key hashes section checksum",
-                format!("{:#010x}", section.crc),
-                format!("{crc:#010x}"),
-            )
-            .at(&self.name));
+        if cursor.at == section.len {
+            if !checksum_matches(section.crc, cursor.crc) {
+                return Err(Error::corruption(
+                    "key hashes section checksum",
+                    format!("{:#010x}", section.crc),
+                    format!("{:#010x}", cursor.crc),
+                )
+                .at(&self.name));
+            }
+            cursor.checked = true;
         }
-        Ok(())
+        Ok(cursor.at - from)
+    }
+}
+
+/// Where [`PieceReader::key_hashes_through`] left off in a key-hash
+/// section: the bytes read, their checksum so far and the last pair.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeyHashCursor {
+    at: u64,
+    crc: u32,
+    prev: (u64, u64),
+    /// The whole section was read and its checksum matched.
+    checked: bool,
+}
+
+impl KeyHashCursor {
+    /// Whether the calls so far read the whole section and found its
+    /// checksum right.
+    pub(crate) fn is_done(&self) -> bool {
+        self.checked
     }
 }
 

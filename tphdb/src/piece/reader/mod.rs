@@ -4,6 +4,7 @@ mod iter;
 mod key_hashes;
 
 pub use iter::PieceIter;
+pub(crate) use key_hashes::KeyHashCursor;
 
 use std::path::Path;
 use std::sync::Arc;

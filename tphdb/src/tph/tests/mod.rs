@@ -589,3 +589,4 @@ fn a_pass_over_a_few_partitions_reads_only_their_blocks() {
 }
 
 mod fold;
+mod passes;
