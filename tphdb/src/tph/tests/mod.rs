@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
@@ -78,7 +79,7 @@ impl Harness {
             .iter()
             .map(|(k, v)| {
                 self.seq += 1;
-                DeltaEntry::copy_of(k, v.as_deref(), self.seq)
+                DeltaEntry::new(Bytes::from(k.clone()), v.clone().map(Bytes::from), self.seq)
             })
             .collect();
         let ctx = MergeContext {
@@ -191,12 +192,12 @@ impl Harness {
         let expect: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
             .model
             .iter()
-            .filter(|(k, v)| v.is_some() || live.iter().any(|e| e.key() == &k[..]))
+            .filter(|(k, v)| v.is_some() || live.iter().any(|e| e.key == k[..]))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = live
             .iter()
-            .map(|e| (e.key().to_vec(), e.value().map(<[u8]>::to_vec)))
+            .map(|e| (e.key.to_vec(), e.value.as_ref().map(|v| v.to_vec())))
             .collect();
         assert_eq!(got, expect);
         if !self.bottom {
@@ -241,15 +242,7 @@ impl Harness {
 fn check_hash_ranges(tph: &Tph) {
     let owned = |l: Vec<DeltaEntry>| -> Vec<_> {
         l.into_iter()
-            .map(|e| {
-                (
-                    e.key().to_vec(),
-                    e.value().map(<[u8]>::to_vec),
-                    e.seq,
-                    e.h,
-                    e.h2,
-                )
-            })
+            .map(|e| (e.key, e.value, e.seq, e.h, e.h2))
             .collect()
     };
     let mut stats = MergeStats::default();
