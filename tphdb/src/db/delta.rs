@@ -33,41 +33,60 @@ pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
         return lists.into_iter().next().expect("one list");
     }
     let total = lists.iter().map(Vec::len).sum();
-    let mut out: Vec<DeltaEntry> = Vec::with_capacity(total);
-    let mut iters: Vec<std::vec::IntoIter<DeltaEntry>> =
-        lists.into_iter().map(Vec::into_iter).collect();
-    // Min-heap of (key, list index) over the head of each list; equal keys
-    // pop newest list first.
-    let mut heads: Vec<Option<DeltaEntry>> = iters.iter_mut().map(Iterator::next).collect();
+    merge_newest(lists.into_iter().map(Vec::into_iter).collect(), total)
+}
+
+/// The newest version of each key across `sources` (each sorted by key),
+/// where `sources[0]` is the newest, into a list of `capacity` entries
+/// (at least the result's length, so that it is allocated once).
+fn merge_newest<I: Iterator<Item = DeltaEntry>>(
+    mut sources: Vec<I>,
+    capacity: usize,
+) -> Vec<DeltaEntry> {
+    let mut out: Vec<DeltaEntry> = Vec::with_capacity(capacity);
+    if sources.len() == 1 {
+        out.extend(sources.pop().expect("one source"));
+        return out;
+    }
+    // Min-heap of (key, source index) over the head of each source; equal
+    // keys pop newest source first.
+    let mut heads: Vec<Option<DeltaEntry>> = sources.iter_mut().map(Iterator::next).collect();
     let mut heap: BinaryHeap<Reverse<(Bytes, usize)>> = heads
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key.clone(), i))))
+        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key_bytes(), i))))
         .collect();
     while let Some(Reverse((key, i))) = heap.pop() {
         let e = heads[i].take().expect("a head per heap entry");
-        if let Some(next) = iters[i].next() {
-            heap.push(Reverse((next.key.clone(), i)));
+        if let Some(next) = sources[i].next() {
+            heap.push(Reverse((next.key_bytes(), i)));
             heads[i] = Some(next);
         }
-        if out.last().is_none_or(|last| last.key != key) {
+        if out.last().is_none_or(|last| last.key() != key) {
             out.push(e);
         }
     }
     out
 }
 
-/// The newest version of each key of a frozen memtable (it is frozen here if
-/// it was not), sharing its memory.
-pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
-    let arena = mem.freeze();
-    // Sized once: at most one entry per version, and no doubling on the way.
-    let mut delta = Vec::with_capacity(mem.len());
-    delta.extend(
-        mem.newest_versions()
-            .map(|v| DeltaEntry::new(arena.share(v.key), v.value.map(|x| arena.share(x)), v.seq)),
-    );
-    delta
+/// The newest version of each key across frozen memtables (frozen here if
+/// they were not), `mems[0]` the newest, sharing their memory. The
+/// memtables are merged as they are read: a flush of several holds one
+/// list, not one per memtable and their merge.
+pub(super) fn memtables_delta(mems: &[&MemTable]) -> Vec<DeltaEntry> {
+    // At most one entry per version: sized once, no doubling on the way.
+    let capacity = mems.iter().map(|m| m.len()).sum();
+    let sources = mems
+        .iter()
+        .map(|mem| {
+            let arena = mem.freeze();
+            mem.newest_versions().map(move |v| {
+                let bytes = arena.share(v.key_and_value);
+                DeltaEntry::new(bytes, v.key.len(), v.value.is_none(), v.seq)
+            })
+        })
+        .collect();
+    merge_newest(sources, capacity)
 }
 
 /// Splits a sorted delta by partition of a level with `partitions` TPHs,
@@ -76,7 +95,7 @@ pub(super) fn memtable_delta(mem: &MemTable) -> Vec<DeltaEntry> {
 /// one, so that at most one part is held twice.
 pub(super) fn split(mut delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
     let part = |e: &DeltaEntry| partition_of(e.h, partitions);
-    delta.sort_unstable_by(|a, b| part(a).cmp(&part(b)).then_with(|| a.key.cmp(&b.key)));
+    delta.sort_unstable_by(|a, b| part(a).cmp(&part(b)).then_with(|| a.key().cmp(b.key())));
     let mut parts = BTreeMap::new();
     while let Some(last) = delta.last() {
         let p = part(last);
@@ -205,11 +224,7 @@ mod tests {
     use super::*;
 
     fn entry(key: &str, seq: u64) -> DeltaEntry {
-        DeltaEntry::new(
-            Bytes::copy_from_slice(key.as_bytes()),
-            Some(Bytes::from(seq.to_string())),
-            seq,
-        )
+        DeltaEntry::copy_of(key.as_bytes(), Some(seq.to_string().as_bytes()), seq)
     }
 
     #[test]
@@ -219,13 +234,53 @@ mod tests {
         let oldest = vec![entry("a", 10), entry("d", 11), entry("e", 12)];
         let got: Vec<(Bytes, u64)> = newest_first(vec![newest, middle, oldest])
             .into_iter()
-            .map(|e| (e.key, e.seq))
+            .map(|e| (e.key_bytes(), e.seq))
             .collect();
         let want: Vec<(Bytes, u64)> = [("a", 20), ("b", 30), ("c", 22), ("d", 31), ("e", 12)]
             .iter()
             .map(|&(k, s)| (Bytes::from(k), s))
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// Regression: a flush of several frozen memtables listed each one's
+    /// entries, then merged the lists into a third: twice the entries'
+    /// references at once (88 bytes each). It now merges them as it reads
+    /// them into one list.
+    #[test]
+    fn a_flush_of_two_memtables_holds_one_list() {
+        let (newer, older) = (MemTable::new(2, 1024), MemTable::new(1, 1024));
+        let n = 20_000u64;
+        let key = |i: u64| format!("{i:08}");
+        for i in 0..n {
+            older.insert(key(i).as_bytes(), i, Some(b"old"));
+        }
+        for i in n / 2..n + n / 2 {
+            let value = (i % 7 != 0).then_some(&b"new"[..]);
+            newer.insert(key(i).as_bytes(), n + i, value);
+        }
+        newer.insert(key(n).as_bytes(), 3 * n, Some(b"newest"));
+
+        let (delta, peak) = crate::util::heap::peak_during(|| memtables_delta(&[&newer, &older]));
+        let list = (older.len() + newer.len()) * std::mem::size_of::<DeltaEntry>();
+        assert!(
+            peak <= list + list / 8,
+            "{peak} bytes held for a list of {list}"
+        );
+
+        assert_eq!(delta.len() as u64, n + n / 2);
+        assert!(delta.windows(2).all(|w| w[0].key() < w[1].key()));
+        for e in &delta {
+            let i: u64 = std::str::from_utf8(e.key()).unwrap().parse().unwrap();
+            let want: (u64, Option<&[u8]>) = if i == n {
+                (3 * n, Some(b"newest"))
+            } else if i < n / 2 {
+                (i, Some(b"old"))
+            } else {
+                (n + i, (i % 7 != 0).then_some(&b"new"[..]))
+            };
+            assert_eq!((e.seq, e.value()), want, "key {i}");
+        }
     }
 
     #[test]
@@ -251,7 +306,7 @@ mod tests {
         assert_eq!(total, 200);
         for (&p, part) in &parts {
             assert!(part.iter().all(|e| partition_of(e.h, 8) == p));
-            assert!(part.windows(2).all(|w| w[0].key < w[1].key));
+            assert!(part.windows(2).all(|w| w[0].key() < w[1].key()));
             assert_eq!(part.len(), part.capacity());
         }
     }

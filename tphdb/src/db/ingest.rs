@@ -195,9 +195,8 @@ fn sort_and_write(inner: &Arc<Inner>, data: Bytes, mut slots: Vec<Slot>) -> Resu
                 .iter()
                 .zip(first_seq..)
                 .map(|(s, seq)| {
-                    let k = s.start + s.key_len as usize;
-                    let v = k + s.value_len as usize;
-                    DeltaEntry::new(data.slice(s.start..k), Some(data.slice(k..v)), seq)
+                    let end = s.start + s.key_len as usize + s.value_len as usize;
+                    DeltaEntry::new(data.slice(s.start..end), s.key_len as usize, false, seq)
                 })
                 .collect()
         })?;

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::delta::{memtable_delta, merge_memory, newest_first};
+use super::delta::{memtables_delta, merge_memory};
 use super::install::Change;
 use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
@@ -294,7 +294,8 @@ impl Inner {
         match job {
             Job::Flush(mems) => {
                 flushed = mems;
-                let delta = newest_first(mems.iter().rev().map(|m| memtable_delta(m)).collect());
+                let newest: Vec<&MemTable> = mems.iter().rev().map(|m| &**m).collect();
+                let delta = memtables_delta(&newest);
                 if self.opts.one_level {
                     self.merge_into_level(&version, &pins, 1, delta, &mut change)?;
                 } else if !delta.is_empty() {

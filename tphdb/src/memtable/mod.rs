@@ -27,6 +27,8 @@ pub(crate) struct NewestVersion<'a> {
     pub(crate) seq: u64,
     /// `None` for a delete.
     pub(crate) value: Option<&'a [u8]>,
+    /// The key, then the value, as they lie in the arena.
+    pub(crate) key_and_value: &'a [u8],
 }
 
 /// Writes not yet flushed. One writer at a time (the database inserts
@@ -182,6 +184,7 @@ impl MemTable {
                 key: x.key(),
                 seq: x.seq(),
                 value: x.value(),
+                key_and_value: x.key_and_value(),
             })
         })
     }

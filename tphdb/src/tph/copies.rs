@@ -20,17 +20,15 @@ pub(crate) struct Copies {
 }
 
 impl Copies {
-    /// `key` and `value` copied next to each other.
-    pub(crate) fn entry(&mut self, key: &[u8], value: Option<&[u8]>) -> (Bytes, Option<Bytes>) {
+    /// `key`, then `value`, copied next to each other.
+    pub(crate) fn entry(&mut self, key: &[u8], value: Option<&[u8]>) -> Bytes {
         let value_len = value.map_or(0, <[u8]>::len);
-        let both = self.copy(key.len() + value_len, |c| {
+        self.copy(key.len() + value_len, |c| {
             c.extend_from_slice(key);
             if let Some(v) = value {
                 c.extend_from_slice(v);
             }
-        });
-        let value = value.map(|_| both.slice(key.len()..));
-        (both.slice(..key.len()), value)
+        })
     }
 
     /// A copy of `bytes`.
@@ -64,25 +62,23 @@ mod tests {
         for i in 0..2000usize {
             let key = format!("key{i:06}").into_bytes();
             let value = (i % 3 != 0).then(|| vec![i as u8; i * 7 % 700]);
-            let (k, v) = c.entry(&key, value.as_deref());
-            kept.push((key, value, k, v));
+            let both = c.entry(&key, value.as_deref());
+            kept.push(([key, value.unwrap_or_default()].concat(), both));
         }
         let big = vec![9u8; CHUNK_BYTES + 1];
-        let (k, v) = c.entry(b"big", Some(&big));
-        assert_eq!((&k[..], v.as_deref()), (&b"big"[..], Some(&big[..])));
-        for (key, value, k, v) in kept {
-            assert_eq!(k, key);
-            assert_eq!(v.as_deref(), value.as_deref());
+        assert_eq!(c.entry(b"big", Some(&big)), [&b"big"[..], &big].concat());
+        for (want, both) in kept {
+            assert_eq!(both, want);
         }
         assert_eq!(c.bytes(b"xyz"), Bytes::from_static(b"xyz"));
-        assert_eq!(c.entry(b"", Some(b"")), (Bytes::new(), Some(Bytes::new())));
+        assert_eq!(c.entry(b"", Some(b"")), Bytes::new());
     }
 
     #[test]
     fn copies_share_one_chunk_until_it_fills() {
         let mut c = Copies::default();
-        let (a, _) = c.entry(b"a", Some(&[1; 100]));
-        let (b, _) = c.entry(b"b", Some(&[2; 100]));
+        let a = c.entry(b"a", Some(&[1; 100]));
+        let b = c.entry(b"b", Some(&[2; 100]));
         // Adjacent in the same allocation: no header between them.
         assert_eq!(b.as_ptr().addr(), a.as_ptr().addr() + 101);
     }

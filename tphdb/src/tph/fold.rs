@@ -28,18 +28,23 @@ pub(crate) enum Written {
 // needs the two entries to be the same size.
 const _: () = assert!(std::mem::size_of::<Written>() == std::mem::size_of::<DeltaEntry>());
 
-/// A folded piece's live entry without its value.
+/// A folded piece's live entry without its value. Its `key_hash2` is
+/// computed again when asked for: with it, the entry would not fit beside
+/// a held entry's tombstone flag, where [`Written`] keeps its variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FoldedEntry {
     key: Bytes,
     seq: u64,
     h: u64,
-    h2: u64,
-    /// `None` for a tombstone.
-    value_len: Option<u32>,
+    /// `TOMBSTONE_LEN` for a tombstone.
+    value_len: u32,
     /// Its piece in the base TPH.
     piece: u32,
 }
+
+/// A folded tombstone's `value_len` (values are at most
+/// [`crate::piece::MAX_VALUE_BYTES`]).
+const TOMBSTONE_LEN: u32 = u32::MAX;
 
 impl Written {
     pub(crate) fn h(&self) -> u64 {
@@ -52,7 +57,7 @@ impl Written {
     pub(crate) fn h2(&self) -> u64 {
         match self {
             Written::Held(e) => e.h2,
-            Written::Folded(f) => f.h2,
+            Written::Folded(f) => key_hash2(&f.key),
         }
     }
 
@@ -64,7 +69,7 @@ impl Written {
 impl EntryShape for Written {
     fn key(&self) -> &[u8] {
         match self {
-            Written::Held(e) => &e.key,
+            Written::Held(e) => e.key(),
             Written::Folded(f) => &f.key,
         }
     }
@@ -78,8 +83,8 @@ impl EntryShape for Written {
 
     fn value_len(&self) -> Option<usize> {
         match self {
-            Written::Held(e) => e.value.as_ref().map(Bytes::len),
-            Written::Folded(f) => f.value_len.map(|v| v as usize),
+            Written::Held(e) => e.value().map(<[u8]>::len),
+            Written::Folded(f) => (f.value_len != TOMBSTONE_LEN).then_some(f.value_len as usize),
         }
     }
 }
@@ -129,8 +134,7 @@ pub(super) fn carry_victims(
                     key: copies.bytes(&e.key),
                     seq: e.seq,
                     h,
-                    h2,
-                    value_len: e.value.as_ref().map(|v| v.len() as u32),
+                    value_len: e.value.as_ref().map_or(TOMBSTONE_LEN, |v| v.len() as u32),
                     piece: i as u32,
                 })
             });
@@ -167,7 +171,7 @@ pub(super) fn load_pass<'a>(
         let mut wanted: Vec<(u32, u64, u64, u32)> = run
             .iter()
             .filter_map(|&i| match written.get(i as usize) {
-                Some(Written::Folded(f)) => Some((f.piece, f.h, f.h2, i)),
+                Some(Written::Folded(f)) => Some((f.piece, f.h, key_hash2(&f.key), i)),
                 _ => None,
             })
             .collect();
@@ -211,9 +215,9 @@ fn check_loaded(
         let planned = &written[i as usize];
         let same = at.is_ok_and(|at| {
             let e = &loaded[at].1;
-            planned.key() == &e.key[..]
+            planned.key() == e.key()
                 && planned.seq() == e.seq
-                && planned.value_len() == e.value.as_ref().map(Bytes::len)
+                && planned.value_len() == e.value().map(<[u8]>::len)
         });
         if !same {
             return Err(Error::corruption(

@@ -29,18 +29,24 @@ use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
 use crate::piece::{write_piece_in_passes, AsEntry, Entry, EntryRef, EntryShape, PieceOptions};
 use crate::version::Version;
 
-/// An entry moving into a TPH.
+/// An entry moving into a TPH: 64 bytes beside its key and value, which
+/// it shares (with a memtable's arena, a merge's copies or a load's
+/// buffer), key and value next to each other in one [`Bytes`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct DeltaEntry {
-    pub(crate) key: Bytes,
-    /// `None` for a tombstone.
-    pub(crate) value: Option<Bytes>,
+    /// The key, then the value.
+    bytes: Bytes,
+    key_len: u32,
+    tombstone: bool,
     pub(crate) seq: u64,
     /// `key_hash(key)`.
     pub(crate) h: u64,
     /// `key_hash2(key)`: with `h`, the key's identity in a TPH.
     pub(crate) h2: u64,
 }
+
+// Held by the million in flushes and merges.
+const _: () = assert!(std::mem::size_of::<DeltaEntry>() == 64);
 
 impl AsEntry for DeltaEntry {
     fn as_entry(&self) -> EntryRef<'_> {
@@ -49,14 +55,41 @@ impl AsEntry for DeltaEntry {
 }
 
 impl DeltaEntry {
-    pub(crate) fn new(key: Bytes, value: Option<Bytes>, seq: u64) -> DeltaEntry {
+    /// The entry whose key is `bytes`' first `key_len` bytes and whose
+    /// value is the rest (`None`, and nothing after the key, for a
+    /// tombstone).
+    pub(crate) fn new(bytes: Bytes, key_len: usize, tombstone: bool, seq: u64) -> DeltaEntry {
+        debug_assert!(key_len <= bytes.len() && (!tombstone || key_len == bytes.len()));
+        let key = &bytes[..key_len];
         DeltaEntry {
-            h: key_hash(&key),
-            h2: key_hash2(&key),
-            key,
-            value,
+            h: key_hash(key),
+            h2: key_hash2(key),
+            key_len: u32::try_from(key_len).expect("keys are at most MAX_KEY_BYTES"),
+            bytes,
+            tombstone,
             seq,
         }
+    }
+
+    /// The entry of `key` and `value` (`None` for a tombstone), copied.
+    #[cfg(test)]
+    pub(crate) fn copy_of(key: &[u8], value: Option<&[u8]>, seq: u64) -> DeltaEntry {
+        let bytes = [key, value.unwrap_or_default()].concat();
+        DeltaEntry::new(Bytes::from(bytes), key.len(), value.is_none(), seq)
+    }
+
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.bytes[..self.key_len as usize]
+    }
+
+    /// The value, `None` for a tombstone.
+    pub(crate) fn value(&self) -> Option<&[u8]> {
+        (!self.tombstone).then(|| &self.bytes[self.key_len as usize..])
+    }
+
+    /// The key, sharing the entry's bytes.
+    pub(crate) fn key_bytes(&self) -> Bytes {
+        self.bytes.slice(..self.key_len as usize)
     }
 
     /// `e`, read from a piece, with its hashes `h` and `h2`. Key and value
@@ -64,10 +97,10 @@ impl DeltaEntry {
     /// alive (or, mapped, every page of the piece resident) for as long as
     /// the merge holds the entry.
     pub(crate) fn copied(e: &Entry, h: u64, h2: u64, copies: &mut Copies) -> DeltaEntry {
-        let (key, value) = copies.entry(&e.key, e.value.as_deref());
         DeltaEntry {
-            key,
-            value,
+            bytes: copies.entry(&e.key, e.value.as_deref()),
+            key_len: e.key.len() as u32,
+            tombstone: e.value.is_none(),
             seq: e.seq,
             h,
             h2,
@@ -77,8 +110,8 @@ impl DeltaEntry {
     /// The entry as a piece writes it.
     pub(crate) fn entry_ref(&self) -> EntryRef<'_> {
         EntryRef {
-            key: &self.key,
-            value: self.value.as_deref(),
+            key: self.key(),
+            value: self.value(),
             seq: self.seq,
         }
     }
@@ -209,7 +242,7 @@ pub(crate) fn merge(
     base: Option<&Tph>,
     delta: Vec<DeltaEntry>,
 ) -> Result<MergeOutcome> {
-    debug_assert!(delta.windows(2).all(|w| w[0].key < w[1].key));
+    debug_assert!(delta.windows(2).all(|w| w[0].key() < w[1].key()));
     let mut stats = MergeStats::default();
     let base_pieces: &[Arc<PieceFile>] = base.map_or(&[], |b| &b.pieces);
 
@@ -424,7 +457,7 @@ fn shadowed_entries(
     };
     let mut shadowed = delta
         .iter()
-        .filter(|e| below.holds_below(ctx.level, &e.key, e.h))
+        .filter(|e| below.holds_below(ctx.level, e.key(), e.h))
         .count() as u64;
     if let Some(b) = base {
         for (i, p) in b.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {

@@ -490,7 +490,7 @@ impl Tph {
                 stats.hash_bytes_read += p.properties().entry_count * 16;
             }
         }
-        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         Ok(out)
     }
 

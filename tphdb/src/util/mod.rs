@@ -1,6 +1,8 @@
 //! Small helpers shared by the on-disk formats.
 
 pub(crate) mod codec;
+#[cfg(test)]
+pub(crate) mod heap;
 pub(crate) mod reduce;
 
 /// True when a stored checksum matches the computed one. Fuzz builds

@@ -134,6 +134,18 @@ impl<'a> Entry<'a> {
         unsafe { std::slice::from_raw_parts(self.node.as_ptr().add(HEADER_BYTES), self.key_len()) }
     }
 
+    /// The key, then the value (nothing, for a delete).
+    pub(crate) fn key_and_value(&self) -> &'a [u8] {
+        let value_len = self.value().map_or(0, <[u8]>::len);
+        // SAFETY: as for the key; the value follows it.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.node.as_ptr().add(HEADER_BYTES),
+                self.key_len() + value_len,
+            )
+        }
+    }
+
     /// The value, `None` for a delete.
     pub(crate) fn value(&self) -> Option<&'a [u8]> {
         let len = self.value_len();

@@ -2,7 +2,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
@@ -79,7 +78,7 @@ impl Harness {
             .iter()
             .map(|(k, v)| {
                 self.seq += 1;
-                DeltaEntry::new(Bytes::from(k.clone()), v.clone().map(Bytes::from), self.seq)
+                DeltaEntry::copy_of(k, v.as_deref(), self.seq)
             })
             .collect();
         let ctx = MergeContext {
@@ -192,12 +191,12 @@ impl Harness {
         let expect: Vec<(Vec<u8>, Option<Vec<u8>>)> = self
             .model
             .iter()
-            .filter(|(k, v)| v.is_some() || live.iter().any(|e| e.key == k[..]))
+            .filter(|(k, v)| v.is_some() || live.iter().any(|e| e.key() == &k[..]))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let got: Vec<(Vec<u8>, Option<Vec<u8>>)> = live
             .iter()
-            .map(|e| (e.key.to_vec(), e.value.as_ref().map(|v| v.to_vec())))
+            .map(|e| (e.key().to_vec(), e.value().map(<[u8]>::to_vec)))
             .collect();
         assert_eq!(got, expect);
         if !self.bottom {
@@ -242,7 +241,15 @@ impl Harness {
 fn check_hash_ranges(tph: &Tph) {
     let owned = |l: Vec<DeltaEntry>| -> Vec<_> {
         l.into_iter()
-            .map(|e| (e.key, e.value, e.seq, e.h, e.h2))
+            .map(|e| {
+                (
+                    e.key().to_vec(),
+                    e.value().map(<[u8]>::to_vec),
+                    e.seq,
+                    e.h,
+                    e.h2,
+                )
+            })
             .collect()
     };
     let mut stats = MergeStats::default();
