@@ -108,6 +108,10 @@ pub struct PeerArgs {
     /// tphdb: signature bits of the deepest level's global indexes.
     #[arg(long)]
     pub bottom_signature_bits: Option<u32>,
+    /// tphdb: bits of a deepest-level global index field, signature and
+    /// piece number, at most (0: no bound).
+    #[arg(long)]
+    pub bottom_field_bits: Option<u32>,
     /// tphdb: one-level mode.
     #[arg(long)]
     pub one_level: bool,
@@ -190,6 +194,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     fanout: a.fanout,
                     signature_bits: a.signature_bits,
                     bottom_signature_bits: a.bottom_signature_bits,
+                    bottom_field_bits: a.bottom_field_bits,
                     one_level: a.one_level,
                     single_tier: a.single_tier,
                     align_blocks: a.align_blocks,

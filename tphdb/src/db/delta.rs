@@ -16,7 +16,7 @@ use super::Inner;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeOutcome, Tph, MERGE_BYTES_PER_ENTRY};
+use crate::tph::{merge, DeltaEntry, MergeOutcome, RangePasses, Tph, MERGE_BYTES_PER_ENTRY};
 use crate::version::Version;
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
@@ -146,28 +146,36 @@ impl Inner {
         let partitions = version.partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);
+        // One pass takes every live entry of the inputs, reading them
+        // whole; several read on in each piece's key hashes.
+        let mut ranges: Option<Vec<RangePasses>> =
+            (passes > 1).then(|| inputs.iter().map(|_| RangePasses::default()).collect());
         for pass in 0..passes {
             let lo = targets.start + pass * per_pass;
             let hi = (lo + per_pass).min(targets.end);
             let hashes = hashes_of_partitions(lo..hi, partitions);
-            // One pass takes every live entry of the inputs.
-            let whole = passes == 1;
             let lists = inputs
                 .iter()
-                .zip(&mut found)
-                .map(|(t, n)| {
-                    let l = t.live_entries_in(hashes.clone(), whole, &mut change.stats)?;
-                    *n += l.len() as u64;
+                .enumerate()
+                .map(|(i, t)| {
+                    let r = ranges.as_mut().map(|r| &mut r[i]);
+                    let l = t.live_entries_in(hashes.clone(), r, &mut change.stats)?;
+                    found[i] += l.len() as u64;
                     Ok(l)
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
             self.merge_into_level(version, pins, level, newest_first(lists), change)?;
         }
-        for (t, &n) in inputs.iter().zip(&found) {
-            if n != t.live_count() {
+        for (i, t) in inputs.iter().enumerate() {
+            let finished = match ranges.as_mut() {
+                Some(r) => r[i].finish(t, &mut change.stats),
+                None => Ok(()),
+            };
+            finished.inspect_err(|_| discard(change))?;
+            if found[i] != t.live_count() {
                 discard(change);
-                return Err(t.live_count_mismatch(n));
+                return Err(t.live_count_mismatch(found[i]));
             }
         }
         Ok(())

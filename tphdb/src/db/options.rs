@@ -139,6 +139,18 @@ pub struct Options {
     /// of the index (RocksDB's `optimize_filters_for_hits` drops the last
     /// level's filters for the same reason).
     pub bottom_signature_bits: u32,
+    /// Bits of a deepest-level global index field, signature and piece
+    /// number together, at most (0, the default: no bound). At 11, a TPH
+    /// of 9 to 16 pieces, whose piece numbers take 4 bits, keeps 7-bit
+    /// signatures (never fewer than 6, nor than `bottom_signature_bits`):
+    /// an eighth less index at the level that holds most keys, for twice
+    /// the absent keys let through there (`pieces / 2048`, 0.44% to 0.78%,
+    /// against `pieces / 4096`; a field past the last piece rejects an
+    /// absent key as a wrong signature does). Present keys read no more.
+    /// Measured at 16M keys of 1 KiB: 2.36 instead of 2.51 index bytes a
+    /// key after overwrites, and 0.0083 instead of 0.0067 block reads per
+    /// absent get, which made a cold `readmissing` 1.4x slower.
+    pub bottom_field_bits: u32,
     /// Memory the running compactions together hold (128 MiB), shared
     /// equally by the `background_threads`; half of a share is for input,
     /// half for the merges running on the threads (as many as there are
@@ -241,6 +253,7 @@ impl Default for Options {
             phf_segment_keys: 1 << 16,
             signature_bits: 10,
             bottom_signature_bits: 8,
+            bottom_field_bits: 0,
             compaction_memory_bytes: 128 << 20,
             background_threads: 2,
             scan_io_threads: 16,
@@ -285,6 +298,7 @@ impl fmt::Debug for Options {
             .field("phf_segment_keys", &self.phf_segment_keys)
             .field("signature_bits", &self.signature_bits)
             .field("bottom_signature_bits", &self.bottom_signature_bits)
+            .field("bottom_field_bits", &self.bottom_field_bits)
             .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
             .field("scan_io_threads", &self.scan_io_threads)
@@ -370,6 +384,9 @@ impl Options {
         }
         if !(1..=32).contains(&self.bottom_signature_bits) {
             return bad("bottom_signature_bits must be in 1..=32");
+        }
+        if self.bottom_field_bits > 56 {
+            return bad("bottom_field_bits must be at most 56 (0: no bound)");
         }
         if self.max_pieces == 0 || self.max_pieces > 1024 {
             return bad("max_pieces must be in 1..=1024");

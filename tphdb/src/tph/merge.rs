@@ -124,6 +124,10 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) reads: &'a PieceReads,
     pub(crate) piece_options: &'a PieceOptions,
     pub(crate) sig_bits: u32,
+    /// At the bottom, the bits of a global index field at most: a TPH with
+    /// more pieces takes them from its signature (see
+    /// [`signature_bits_within`]).
+    pub(crate) field_bits: Option<u32>,
     pub(crate) level: u32,
     pub(crate) partition: u64,
     /// Nothing older lies below: tombstones may go once no piece needs them.
@@ -499,14 +503,38 @@ fn new_meta(
             pieces.len()
         )));
     }
+    let piece_bits = bits_for(pieces.len() as u64 - 1);
     Ok(TphMeta {
         format: IndexFormat::Fuse,
         level: ctx.level,
         partition: ctx.partition,
-        sig_bits: ctx.sig_bits,
-        piece_bits: bits_for(pieces.len() as u64 - 1),
+        sig_bits: signature_bits_within(ctx.sig_bits, ctx.field_bits, piece_bits),
+        piece_bits,
         pieces,
     })
+}
+
+/// The fewest signature bits a field bound leaves a TPH.
+const MIN_BOUNDED_SIGNATURE_BITS: u32 = 6;
+
+/// The signature bits of a TPH whose piece numbers take `piece_bits`:
+/// `sig_bits`, less what a field of more than `field_bits` would take, but
+/// at least `MIN_BOUNDED_SIGNATURE_BITS` (or `sig_bits`, if fewer). The
+/// bottom's signatures only reject absent keys, and piece numbers past
+/// the last piece reject some too: 9 pieces in 4 bits with 7-bit
+/// signatures let through 9/2048 of them, 8 in 3 bits with 8-bit ones
+/// 8/2048.
+pub(crate) fn signature_bits_within(
+    sig_bits: u32,
+    field_bits: Option<u32>,
+    piece_bits: u32,
+) -> u32 {
+    match field_bits {
+        Some(field) => sig_bits
+            .min(field.saturating_sub(piece_bits))
+            .max(MIN_BOUNDED_SIGNATURE_BITS.min(sig_bits)),
+        None => sig_bits,
+    }
 }
 
 /// Writes the new head piece (the written entries and the index sections)

@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::fs::{FileSystem, OpenFiles, ReadMode};
 use crate::hash::{key_hash, key_hash2};
 use crate::phf::Phf;
-use crate::piece::{BlockCache, Entry, PieceReader, ReadCount};
+use crate::piece::{BlockCache, Entry, KeyHashCursor, PieceReader, ReadCount};
 
 /// File name of piece `number`.
 pub(crate) fn piece_file_name(number: u64) -> String {
@@ -443,7 +443,7 @@ impl Tph {
     /// below.
     #[cfg(test)]
     pub(crate) fn live_entries(&self) -> Result<Vec<DeltaEntry>> {
-        let out = self.live_entries_in(0..=u64::MAX, true, &mut MergeStats::default())?;
+        let out = self.live_entries_in(0..=u64::MAX, None, &mut MergeStats::default())?;
         if out.len() as u64 != self.live_count() {
             return Err(self.live_count_mismatch(out.len() as u64));
         }
@@ -451,21 +451,26 @@ impl Tph {
     }
 
     /// The live entries whose key hash lies in `hashes`, sorted by key; the
-    /// bytes read for them are added to `stats`. `whole` reads every piece
-    /// whole, in large sequential reads, for when most of it is wanted;
-    /// otherwise only the blocks holding an entry in the range are read (see
-    /// [`PieceReader::for_each_entry_in_hash_range`]). A merge too large for
-    /// memory takes a few partitions per pass, and passes that each read
-    /// every input whole read eight times the input at the default fanout.
-    /// Only what is kept is held in memory: keys and values are copied out
-    /// of the read buffers, which would otherwise stay alive for as long as
-    /// one entry of theirs does.
+    /// bytes read for them are added to `stats`. Without `passes`, every
+    /// piece is read whole, in large sequential reads, for when most of it
+    /// is wanted; with them, only the blocks holding an entry in the range
+    /// (see [`PieceReader::for_each_entry_in_hash_range`]). A merge too
+    /// large for memory takes a few partitions per pass, and passes that
+    /// each read every input whole read eight times the input at the
+    /// default fanout; `passes` carries where the passes are in each
+    /// piece's key hashes, which they read once between them (ranges must
+    /// come in ascending order). Only what is kept is held in memory: keys
+    /// and values are copied out of the read buffers, which would otherwise
+    /// stay alive for as long as one entry of theirs does.
     pub(crate) fn live_entries_in(
         &self,
         hashes: RangeInclusive<u64>,
-        whole: bool,
+        mut passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
     ) -> Result<Vec<DeltaEntry>> {
+        if let Some(passes) = passes.as_deref_mut() {
+            passes.start(self, &hashes);
+        }
         // Sized for the range's share of the live keys (hashes are uniform),
         // so that the list is not grown by doubling.
         let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
@@ -479,15 +484,20 @@ impl Tph {
                     out.push(DeltaEntry::copied(&e, h, key_hash2(&e.key), &mut copies));
                 }
             };
-            if whole {
-                for e in p.iter() {
-                    keep(e?);
+            match passes.as_deref_mut() {
+                None => {
+                    for e in p.iter() {
+                        keep(e?);
+                    }
+                    stats.input_bytes_read += p.file_bytes();
                 }
-                stats.input_bytes_read += p.file_bytes();
-            } else {
-                stats.input_bytes_read +=
-                    p.for_each_entry_in_hash_range(hashes.clone(), &mut keep)?;
-                stats.hash_bytes_read += p.properties().entry_count * 16;
+                Some(passes) => {
+                    let cursor = &mut passes.cursors[i];
+                    let (blocks, key_hashes) =
+                        p.for_each_entry_in_hash_range(cursor, hashes.clone(), &mut keep)?;
+                    stats.input_bytes_read += blocks;
+                    stats.hash_bytes_read += key_hashes;
+                }
             }
         }
         out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
@@ -501,6 +511,43 @@ impl Tph {
             self.live_count(),
             found,
         )
+    }
+}
+
+/// Where passes over ascending ranges of hashes ([`Tph::live_entries_in`])
+/// are in each piece's key-hash section of one TPH: the passes read each
+/// section once between them, not once each.
+#[derive(Debug, Default)]
+pub(crate) struct RangePasses {
+    cursors: Vec<KeyHashCursor>,
+    /// The end of the last range read.
+    last_end: Option<u64>,
+}
+
+impl RangePasses {
+    fn start(&mut self, tph: &Tph, hashes: &RangeInclusive<u64>) {
+        debug_assert!(
+            self.last_end.is_none_or(|end| end < *hashes.start()),
+            "passes over ascending ranges"
+        );
+        self.last_end = Some(*hashes.end());
+        self.cursors
+            .resize_with(tph.pieces.len(), KeyHashCursor::default);
+    }
+
+    /// Reads what the passes left of each section (the hashes past the
+    /// last range: none, when the ranges covered the TPH's keys), so that
+    /// every section's checksum has been checked; adds the bytes to
+    /// `stats`.
+    pub(crate) fn finish(&mut self, tph: &Tph, stats: &mut MergeStats) -> Result<()> {
+        self.cursors
+            .resize_with(tph.pieces.len(), KeyHashCursor::default);
+        for (p, cursor) in tph.pieces.iter().zip(&mut self.cursors) {
+            if !cursor.is_done() && !p.is_empty() {
+                stats.hash_bytes_read += p.key_hashes_through(cursor, u64::MAX, |_, _| {})?;
+            }
+        }
+        Ok(())
     }
 }
 

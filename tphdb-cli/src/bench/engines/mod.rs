@@ -104,6 +104,7 @@ pub struct TphdbSettings {
     pub fanout: Option<u32>,
     pub signature_bits: Option<u32>,
     pub bottom_signature_bits: Option<u32>,
+    pub bottom_field_bits: Option<u32>,
     pub one_level: bool,
     pub single_tier: bool,
     pub align_blocks: bool,

@@ -41,6 +41,7 @@ impl Tphdb {
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
             bottom_signature_bits: t.bottom_signature_bits.unwrap_or(d.bottom_signature_bits),
+            bottom_field_bits: t.bottom_field_bits.unwrap_or(d.bottom_field_bits),
             one_level: t.one_level,
             single_tier: t.single_tier,
             align_blocks: t.align_blocks,

@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 
 use bytes::Bytes;
 
-use super::PieceReader;
+use super::{KeyHashCursor, PieceReader};
 use crate::error::{Error, Result};
 use crate::piece::block::Block;
 use crate::piece::entry::Entry;
@@ -136,22 +136,27 @@ impl PieceReader {
     /// section, through the perfect hash and the overflow list: a compaction
     /// pass over a few of a level's partitions reads the rest of the piece
     /// not at all when a block holds a few large entries, and decodes none of
-    /// it in any case. Returns the bytes of blocks read.
+    /// it in any case. The section is read on from `cursor` through the
+    /// range's end, so that passes over ascending ranges read it once
+    /// between them (its checksum is checked by the one that reaches its
+    /// end; see [`PieceReader::key_hashes_through`]). Returns the bytes of
+    /// blocks read and of key hashes read.
     ///
     /// An entry whose hash the section lists but whose slot holds another
     /// key (damage the checksums missed) is passed on as it is: callers
     /// check the hashes of what they get, and count it.
     pub(crate) fn for_each_entry_in_hash_range(
         &self,
+        cursor: &mut KeyHashCursor,
         hashes: RangeInclusive<u64>,
         mut f: impl FnMut(Entry),
-    ) -> Result<u64> {
+    ) -> Result<(u64, u64)> {
         if self.phf.is_empty() {
-            return Ok(0);
+            return Ok((0, 0));
         }
         let mut slots: Vec<u64> = Vec::new();
         let mut last = None;
-        self.for_each_key_hash(|h, _| {
+        let hash_bytes = self.key_hashes_through(cursor, *hashes.end(), |h, _| {
             // Entries sharing a hash share its table slot; the others are
             // in overflow slots, added below.
             if hashes.contains(&h) && last != Some(h) {
@@ -160,7 +165,7 @@ impl PieceReader {
             }
         })?;
         slots.extend(self.overflow_slots(hashes));
-        self.read_slots_of(slots, &mut f)
+        Ok((self.read_slots_of(slots, &mut f)?, hash_bytes))
     }
 
     /// Calls `f`, in slot order, with the entries in the slots where the

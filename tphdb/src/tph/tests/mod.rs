@@ -87,6 +87,7 @@ impl Harness {
             reads: &self.reads,
             piece_options: &self.options,
             sig_bits: 8,
+            field_bits: None,
             level: 1,
             partition: 0,
             bottom: self.bottom,
@@ -253,17 +254,21 @@ fn check_hash_ranges(tph: &Tph) {
             .collect()
     };
     let mut stats = MergeStats::default();
-    let all = tph.live_entries_in(0..=u64::MAX, true, &mut stats).unwrap();
+    let all = tph.live_entries_in(0..=u64::MAX, None, &mut stats).unwrap();
     let all = owned(all);
     assert_eq!(all.len() as u64, tph.live_count());
     for partitions in [1, 3, 8] {
         let mut got = Vec::new();
+        let mut passes = RangePasses::default();
         for p in 0..partitions {
             let hashes = crate::hash::hashes_of_partitions(p..p + 1, partitions);
-            let l = tph.live_entries_in(hashes, false, &mut stats).unwrap();
+            let l = tph
+                .live_entries_in(hashes, Some(&mut passes), &mut stats)
+                .unwrap();
             assert!(l.iter().all(|e| partition_of(e.h, partitions) == p));
             got.extend(owned(l));
         }
+        passes.finish(tph, &mut stats).unwrap();
         got.sort();
         assert_eq!(got, all, "{partitions} partitions");
     }
@@ -584,15 +589,71 @@ fn a_pass_over_a_few_partitions_reads_only_their_blocks() {
     h.merge(&ops);
     let tph = h.tph.as_ref().unwrap();
     let mut whole = MergeStats::default();
-    tph.live_entries_in(0..=u64::MAX, true, &mut whole).unwrap();
+    tph.live_entries_in(0..=u64::MAX, None, &mut whole).unwrap();
     let hashes = crate::hash::hashes_of_partitions(2..3, 8);
     let mut pass = MergeStats::default();
-    let part = tph.live_entries_in(hashes, false, &mut pass).unwrap();
+    let mut passes = RangePasses::default();
+    let part = tph
+        .live_entries_in(hashes, Some(&mut passes), &mut pass)
+        .unwrap();
     assert!((150..350).contains(&part.len()), "{} entries", part.len());
     let (read, of) = (pass.input_bytes_read, whole.input_bytes_read);
     assert!(read * 5 < of, "{read} bytes read of {of}");
-    // Finding them took the key hashes, 16 bytes an entry.
+    // Finding them took the key hashes up to the range's end, 16 bytes an
+    // entry: those of partitions 0 to 2, about 3/8 of them.
+    assert!(
+        (500 * 16..1000 * 16).contains(&pass.hash_bytes_read),
+        "{} bytes of key hashes",
+        pass.hash_bytes_read
+    );
+    // The rest are read, and the section's checksum checked, at the end.
+    passes.finish(tph, &mut pass).unwrap();
     assert_eq!(pass.hash_bytes_read, 2000 * 16);
+}
+
+/// Regression: each pass of a merge too large for memory (a few target
+/// partitions at a time) read every input piece's key hashes whole to
+/// find the entries in its range: eight passes read them eight times.
+/// Passes now read on where the one before stopped.
+#[test]
+fn passes_over_ascending_ranges_read_each_piece_key_hashes_once() {
+    let mut h = Harness::new(true, 16);
+    for round in 0..3u32 {
+        let ops = (round * 1000..round * 1000 + 1500)
+            .map(|i| (key(i), Some(vec![round as u8; 50])))
+            .collect();
+        h.merge(&ops);
+    }
+    let tph = h.tph.as_ref().unwrap();
+    assert!(tph.pieces.len() >= 2, "{} pieces", tph.pieces.len());
+    let stored: u64 = tph.pieces.iter().map(|p| p.properties().entry_count).sum();
+    let mut stats = MergeStats::default();
+    let mut passes = RangePasses::default();
+    let mut found = 0;
+    for p in 0..8 {
+        let hashes = crate::hash::hashes_of_partitions(p..p + 1, 8);
+        found += tph
+            .live_entries_in(hashes, Some(&mut passes), &mut stats)
+            .unwrap()
+            .len() as u64;
+    }
+    passes.finish(tph, &mut stats).unwrap();
+    assert_eq!(found, tph.live_count());
+    assert_eq!(stats.hash_bytes_read, stored * 16);
+}
+
+#[test]
+fn a_field_bound_takes_signature_bits_down_to_a_floor() {
+    use super::merge::signature_bits_within as within;
+    // 8-bit signatures within 11-bit fields: 3 piece bits keep them, 4
+    // take one, 5 two; never below 6, nor above what was asked.
+    assert_eq!(within(8, Some(11), 3), 8);
+    assert_eq!(within(8, Some(11), 4), 7);
+    assert_eq!(within(8, Some(11), 5), 6);
+    assert_eq!(within(8, Some(11), 10), 6);
+    assert_eq!(within(4, Some(11), 10), 4);
+    assert_eq!(within(8, Some(20), 4), 8);
+    assert_eq!(within(8, None, 10), 8);
 }
 
 mod fold;
