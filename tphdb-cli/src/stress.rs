@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use tphdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, DB};
+use tphdb::{Direction, IteratorMode, Options, ReadOptions, Snapshot, WriteBatch, DB};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -104,6 +104,11 @@ fn key(k: u32) -> Vec<u8> {
     format!("key{k:08}").into_bytes()
 }
 
+/// A value as a failure shows it: its first bytes.
+fn shown(v: Option<&[u8]>) -> Option<String> {
+    v.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned())
+}
+
 fn key_index(key: &[u8]) -> Option<u32> {
     std::str::from_utf8(key)
         .ok()?
@@ -139,18 +144,25 @@ impl Stress<'_> {
         }
     }
 
-    fn check(&self, what: &str, k: u32, got: Option<&[u8]>, want: Option<&[u8]>) {
+    /// Checks a value read against the model's; false (and counted as a
+    /// failure) if they differ.
+    fn check(&self, what: &str, k: u32, got: Option<&[u8]>, want: Option<&[u8]>) -> bool {
         self.counters.checked.fetch_add(1, Ordering::Relaxed);
-        if got != want {
-            let show = |v: Option<&[u8]>| {
-                v.map(|v| String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned())
-            };
-            self.fail(format!(
-                "{what} of key {k}: got {:?}, expected {:?}",
-                show(got),
-                show(want)
-            ));
+        if got == want {
+            return true;
         }
+        self.fail(format!(
+            "{what} of key {k}: got {:?}, expected {:?}",
+            shown(got),
+            shown(want)
+        ));
+        false
+    }
+
+    /// Prints where `snapshot` holds key `k`, after a failure about it.
+    fn explain(&self, k: u32, snapshot: &Snapshot<'_>, when: &str) {
+        let lines = snapshot.explain(key(k));
+        eprintln!("  key {k} {when}:\n    {}", lines.join("\n    "));
     }
 
     fn worker(&self, seed: u64) {
@@ -183,7 +195,9 @@ impl Stress<'_> {
                 let k = rng.u32(..n);
                 let g = m.lock(k);
                 let got = db.get(key(k))?;
-                self.check("get", k, got.as_deref(), m.expected(k, *g).as_deref());
+                if !self.check("get", k, got.as_deref(), m.expected(k, *g).as_deref()) {
+                    self.explain(k, &db.snapshot(), "after the get");
+                }
             }
             1 | 2 => {
                 let k = rng.u32(..n);
@@ -226,7 +240,12 @@ impl Stress<'_> {
                 let guards = m.lock_range(from, to);
                 let got = db.multi_get((from..to).map(key));
                 for ((k, g), r) in (from..to).zip(&guards).zip(got) {
-                    self.check("multi_get", k, r?.as_deref(), m.expected(k, **g).as_deref());
+                    let want = m.expected(k, **g);
+                    if !self.check("multi_get", k, r?.as_deref(), want.as_deref()) {
+                        let again = db.get(key(k))?;
+                        eprintln!("  key {k} read again: {:?}", shown(again.as_deref()));
+                        self.explain(k, &db.snapshot(), "after the multi_get");
+                    }
                 }
             }
             5 => {
@@ -262,12 +281,12 @@ impl Stress<'_> {
                 for (i, &b) in before.iter().enumerate() {
                     let k = from + i as u32;
                     let got = snapshot.get(key(k))?;
-                    self.check(
-                        "snapshot get",
-                        k,
-                        got.as_deref(),
-                        m.expected(k, b).as_deref(),
-                    );
+                    let want = m.expected(k, b);
+                    if !self.check("snapshot get", k, got.as_deref(), want.as_deref()) {
+                        let again = snapshot.get(key(k))?;
+                        eprintln!("  key {k} read again: {:?}", shown(again.as_deref()));
+                        self.explain(k, &snapshot, "in the snapshot");
+                    }
                 }
                 let opts = ReadOptions {
                     snapshot: Some(&snapshot),
@@ -311,6 +330,7 @@ impl Stress<'_> {
         state: &[Option<u64>],
     ) -> tphdb::Result<()> {
         let m = &self.model;
+        let snapshot = opts.snapshot;
         let mode = if reverse {
             IteratorMode::End
         } else {
@@ -340,16 +360,37 @@ impl Stress<'_> {
         if !same {
             let first_bad = got
                 .iter()
-                .map(|(k, _)| key_index(k))
-                .zip(want.iter().map(|(k, _)| Some(*k)))
-                .position(|(a, b)| a != b);
+                .zip(&want)
+                .position(|((gk, gv), (wk, wv))| key_index(gk) != Some(*wk) || gv != wv);
+            let detail = first_bad.map(|i| {
+                let k = want[i].0;
+                let (gk, gv) = &got[i];
+                format!(
+                    ": key {:?} {:?}, expected key {k} {:?}",
+                    key_index(gk),
+                    shown(Some(gv)),
+                    shown(Some(&want[i].1))
+                )
+            });
             self.fail(format!(
-                "{} scan of keys {from}..{}: {} entries, expected {} (first difference at entry {first_bad:?})",
+                "{} scan of keys {from}..{}: {} entries, expected {} (first difference at entry {first_bad:?}{})",
                 if reverse { "reverse" } else { "forward" },
                 from + state.len() as u32,
                 got.len(),
-                want.len()
+                want.len(),
+                detail.unwrap_or_default()
             ));
+            if let Some(i) = first_bad {
+                let fresh;
+                let snapshot = match snapshot {
+                    Some(s) => s,
+                    None => {
+                        fresh = db.snapshot();
+                        &fresh
+                    }
+                };
+                self.explain(want[i].0, snapshot, "where the scan read it");
+            }
         }
         Ok(())
     }
@@ -367,7 +408,7 @@ impl Stress<'_> {
             };
             match want.next() {
                 Some((wk, g)) if wk == ki => {
-                    self.check("full scan", ki, Some(&v), Some(&m.value(ki, g)))
+                    self.check("full scan", ki, Some(&v), Some(&m.value(ki, g)));
                 }
                 Some((wk, _)) => self.fail(format!("full scan: key {ki} where {wk} was expected")),
                 None => self.fail(format!("full scan: key {ki} after the last expected key")),

@@ -9,6 +9,7 @@
 
 mod checkpoint;
 mod delta;
+mod explain;
 mod ingest;
 mod install;
 mod iter;

@@ -294,6 +294,10 @@ impl Tph {
         self.index.is_fuse()
     }
 
+    pub(crate) fn pieces(&self) -> &[Arc<PieceFile>] {
+        &self.pieces
+    }
+
     pub(crate) fn head_number(&self) -> u64 {
         self.head.number
     }

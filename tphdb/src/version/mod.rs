@@ -61,7 +61,7 @@ impl Version {
     }
 
     /// The TPH of level `level >= 1` whose partition holds hash `h`, if any.
-    fn tph_of(&self, level: u32, h: u64) -> Option<&Arc<Tph>> {
+    pub(crate) fn tph_of(&self, level: u32, h: u64) -> Option<&Arc<Tph>> {
         self.tph(level, partition_of(h, self.partitions(level)))
     }
 

@@ -228,7 +228,7 @@ impl SkipList {
         let top = self.height.load(Relaxed);
         let mut x = self.head;
         for level in (0..top).rev() {
-            x = self.last_before(x, level, key, seq);
+            x = self.last_before(x, level, key, seq).0;
             prev[level] = x;
         }
         let (node, cost) = new_node(&mut w.arena, height, key, seq, value);
@@ -309,7 +309,7 @@ impl SkipList {
                 // Nodes linked since the search (this batch's) may lie
                 // between where it ended and the entry; above the old
                 // height the search never ran, and starts at the head.
-                let p = self.last_before(found[i * MAX_HEIGHT + level], level, key, seq);
+                let (p, _) = self.last_before(found[i * MAX_HEIGHT + level], level, key, seq);
                 // SAFETY: as in `insert`: `p` is the head or a linked node
                 // taller than `level`; `node` has `height` levels.
                 unsafe {
@@ -325,31 +325,42 @@ impl SkipList {
     }
 
     /// From `x` (ordered before (key, seq)), the last node at `level`
-    /// ordered before (key, seq).
-    fn last_before(&self, mut x: *mut u8, level: usize, key: &[u8], seq: u64) -> *mut u8 {
+    /// ordered before (key, seq), and the node its link pointed to when
+    /// read: the first at or after (key, seq), or null. Read again, the
+    /// link may point to a node linked since, ordered before (key, seq) as
+    /// well.
+    fn last_before(
+        &self,
+        mut x: *mut u8,
+        level: usize,
+        key: &[u8],
+        seq: u64,
+    ) -> (*mut u8, *mut u8) {
         loop {
             // SAFETY: `x` is the head or a node reached at `level`.
             let next = unsafe { link(x, level) }.load(Acquire);
             match Entry::new(next) {
                 Some(e) if e.cmp_to(key, seq) == Ordering::Less => x = next,
-                _ => return x,
+                _ => return (x, next),
             }
         }
     }
 
-    /// The last node ordered before (key, seq), or the head.
-    fn find_less(&self, key: &[u8], seq: u64) -> *mut u8 {
+    /// The last node ordered before (key, seq), or the head, and the first
+    /// at or after it (see [`SkipList::last_before`]).
+    fn find_less(&self, key: &[u8], seq: u64) -> (*mut u8, *mut u8) {
         let mut x = self.head;
-        for level in (0..self.height.load(Relaxed)).rev() {
-            x = self.last_before(x, level, key, seq);
+        for level in (1..self.height.load(Relaxed)).rev() {
+            x = self.last_before(x, level, key, seq).0;
         }
-        x
+        self.last_before(x, 0, key, seq)
     }
 
     /// The first entry at or after (key, seq).
     pub(crate) fn seek(&self, key: &[u8], seq: u64) -> Option<Entry<'_>> {
-        // SAFETY: `find_less` returns the head or a linked node.
-        Entry::new(unsafe { link(self.find_less(key, seq), 0) }.load(Acquire))
+        // The successor `find_less` saw, not the link read again: a node
+        // linked in between would be ordered before (key, seq).
+        Entry::new(self.find_less(key, seq).1)
     }
 
     /// The first entry whose key is above `key`.
@@ -364,7 +375,7 @@ impl SkipList {
 
     /// The last entry whose key is below `key`.
     pub(crate) fn last_below(&self, key: &[u8]) -> Option<Entry<'_>> {
-        self.entry_unless_head(self.find_less(key, u64::MAX))
+        self.entry_unless_head(self.find_less(key, u64::MAX).0)
     }
 
     /// The last entry.

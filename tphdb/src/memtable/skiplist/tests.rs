@@ -291,3 +291,37 @@ fn batches_searched_side_by_side_make_the_list_single_inserts_make() {
         assert_eq!(found(&batched), found(&single));
     }
 }
+
+/// Regression: `seek` walked to the last node before its target, then read
+/// that node's level-0 link again to return the node after it. A node
+/// linked into that gap in between (ordered before the target, so not the
+/// answer) was returned instead, and a get of a key in the memtable fell
+/// through to an older version in the TPHs (found by `tphdb stress`). The
+/// writer here links every node right before the key sought.
+#[test]
+fn a_seek_is_not_misled_by_a_node_linked_right_before_its_target() {
+    const N: u64 = if cfg!(miri) { 300 } else { 300_000 };
+    let list = Arc::new(SkipList::new());
+    list.insert(b"z", 1, Some(b"z"));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (list, done) = (list.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut misses = 0u64;
+            while !done.load(Relaxed) {
+                for _ in 0..64 {
+                    let e = list.seek(b"z", u64::MAX);
+                    misses += u64::from(e.is_none_or(|e| e.key() != b"z"));
+                }
+            }
+            misses
+        })
+    };
+    for i in 0..N {
+        // Ascending keys, all below "z": each lands right before it.
+        let key = format!("y{i:010}");
+        list.insert(key.as_bytes(), i + 2, None);
+    }
+    done.store(true, Relaxed);
+    assert_eq!(reader.join().unwrap(), 0, "seeks of \"z\" that missed it");
+}
