@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::engines::{self, EngineConfig, Kv};
+use super::memory::{peak_rss, sampled};
 use super::phase::{latency_summary, phase, us, Outcome, PhaseResult, ThreadOps};
 use super::report::round;
 use super::result::EngineResult;
@@ -103,15 +104,6 @@ impl ProcIo {
     }
 }
 
-/// Peak resident set size in bytes (`VmHWM`).
-fn peak_rss() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb << 10)
-}
-
 /// Bytes allocated to the files under `dir`.
 pub fn dir_bytes(dir: &Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -203,15 +195,22 @@ pub fn child(spec: ChildSpec) -> Result<EngineResult, BoxError> {
     let db: &dyn Kv = engine.as_ref();
     db.mark_run().map_err(|e| e.to_string())?;
     let io_loaded = ProcIo::now();
-    let measured = run.measure(db)?;
-    let io_measured = ProcIo::now();
-    // Write amplification counts the background work the writes caused.
-    let settle_start = Instant::now();
-    db.settle().map_err(|e| e.to_string())?;
-    let settle_secs = settle_start.elapsed().as_secs_f64();
+    let (ran, memory) = sampled(db, || -> Result<_, BoxError> {
+        let measured = run.measure(db)?;
+        let io_measured = ProcIo::now();
+        // Write amplification counts the background work the writes caused.
+        let settle_start = Instant::now();
+        db.settle().map_err(|e| e.to_string())?;
+        Ok((measured, io_measured, settle_start.elapsed().as_secs_f64()))
+    });
+    let (measured, io_measured, settle_secs) = ran?;
     let io_end = ProcIo::now();
     let io = [io_start, io_loaded, io_measured, io_end];
-    Ok(run.result(db, &measured, load_ops_per_sec, io, settle_secs))
+    let mut r = run.result(db, &measured, load_ops_per_sec, io, settle_secs);
+    r.memory_at_peak_mb = memory.at_peak().into_iter().collect();
+    r.rss_mb_per_sec = memory.rss_mb;
+    r.memory_parts_mb_per_sec = memory.parts_mb;
+    Ok(r)
 }
 
 impl Run<'_> {

@@ -5,6 +5,7 @@ mod db;
 mod disk;
 mod engines;
 mod latency;
+mod memory;
 pub mod peer;
 mod phase;
 mod phf;

@@ -302,6 +302,21 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             println!("{engine} structure after the run:\n{s}");
         }
     }
+    for r in report.rows() {
+        if let Some(Value::Object(parts)) = r.get("memory_at_peak_mb") {
+            let shown: Vec<String> = parts
+                .iter()
+                .filter_map(|(k, v)| Some(format!("{k} {:.1}", v.as_f64()?)))
+                .collect();
+            if !shown.is_empty() {
+                let engine = r["engine"].as_str().unwrap_or("");
+                println!(
+                    "{engine} memory at its sampled peak, MB: {}",
+                    shown.join(", ")
+                );
+            }
+        }
+    }
     if let Some(p) = &a.json {
         report.write_json(p)?;
     }
@@ -455,6 +470,33 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
     let path = dir.join(format!("{workload}-throughput.svg"));
     super::plot::throughput(&path, &format!("{workload}: throughput"), &throughput)?;
     eprintln!("wrote {}", path.display());
+    let f64s = |v: &Value| -> Option<Vec<f64>> {
+        Some(v.as_array()?.iter().filter_map(Value::as_f64).collect())
+    };
+    let mut memory: Vec<(String, Vec<f64>)> = Vec::new();
+    for r in report.rows() {
+        let Some(rss) = r
+            .get("rss_mb_per_sec")
+            .and_then(f64s)
+            .filter(|v| !v.is_empty())
+        else {
+            continue;
+        };
+        memory.push((format!("{} resident", name(r)), rss));
+        if let Some(Value::Object(parts)) = r.get("memory_parts_mb_per_sec") {
+            for (part, v) in parts {
+                if let Some(v) = f64s(v).filter(|v| v.iter().any(|&x| x > 0.0)) {
+                    memory.push((format!("{} {part}", name(r)), v));
+                }
+            }
+        }
+    }
+    if !memory.is_empty() {
+        let path = dir.join(format!("{workload}-memory.svg"));
+        let title = format!("{workload}: memory (run, then final settle)");
+        super::plot::lines(&path, &title, "MB", &memory)?;
+        eprintln!("wrote {}", path.display());
+    }
     for kind in ["read", "update", "insert", "scan", "rmw", "delete"] {
         let series: Vec<(String, Vec<(f64, f64)>)> = report
             .rows()

@@ -1,4 +1,5 @@
-//! SVG plots of side-by-side runs: throughput over time, latency CDFs.
+//! SVG plots of side-by-side runs: throughput and memory over time,
+//! latency CDFs.
 
 use std::path::Path;
 
@@ -24,15 +25,22 @@ fn color(i: usize) -> RGBColor {
 
 /// Operations per second over the run, one line per engine.
 pub fn throughput(path: &Path, title: &str, series: &[(String, Vec<u64>)]) -> PlotResult {
+    let series: Vec<(String, Vec<f64>)> = series
+        .iter()
+        .map(|(name, ops)| (name.clone(), ops.iter().map(|&n| n as f64).collect()))
+        .collect();
+    lines(path, title, "operations per second", &series)
+}
+
+/// One value a second, one line per series.
+pub fn lines(path: &Path, title: &str, y_desc: &str, series: &[(String, Vec<f64>)]) -> PlotResult {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let secs = series.iter().map(|s| s.1.len()).max().unwrap_or(1).max(1) as f64;
     let top = series
         .iter()
         .flat_map(|s| s.1.iter().copied())
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
+        .fold(1.0, f64::max)
         * 1.1;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
@@ -43,16 +51,14 @@ pub fn throughput(path: &Path, title: &str, series: &[(String, Vec<u64>)]) -> Pl
     chart
         .configure_mesh()
         .x_desc("seconds")
-        .y_desc("operations per second")
+        .y_desc(y_desc)
         .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()?;
-    for (i, (name, ops)) in series.iter().enumerate() {
+    for (i, (name, values)) in series.iter().enumerate() {
         let c = color(i);
         chart
             .draw_series(LineSeries::new(
-                ops.iter()
-                    .enumerate()
-                    .map(|(s, &n)| (s as f64 + 1.0, n as f64)),
+                values.iter().enumerate().map(|(s, &y)| (s as f64 + 1.0, y)),
                 c.stroke_width(2),
             ))?
             .label(name.as_str())

@@ -61,6 +61,16 @@ pub struct EngineResult {
     pub throughput_per_sec: Vec<u64>,
     #[serde(default, deserialize_with = "null_is_default")]
     pub latency: BTreeMap<String, LatencySummary>,
+    /// Resident set each second of the measured phase and the final
+    /// settle, in MB.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub rss_mb_per_sec: Vec<f64>,
+    /// What the engine's parts held each of those seconds, in MB.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub memory_parts_mb_per_sec: BTreeMap<String, Vec<f64>>,
+    /// The sampled resident set at its highest and the parts then, in MB.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub memory_at_peak_mb: BTreeMap<String, f64>,
     /// Pogreb's own benchmark's figures (the load and the run).
     pub write_ops_per_sec: Option<f64>,
     pub read_ops_per_sec: Option<f64>,

@@ -52,6 +52,12 @@ pub trait Kv: Send + Sync {
     fn write_counters(&self) -> Option<WriteCounters> {
         None
     }
+    /// What the engine's parts hold in memory now, by name (memtables,
+    /// caches, index), for the memory timeline; empty when it does not
+    /// say.
+    fn memory_parts(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Engine-specific figures for the report: `keys` are in the store,
     /// `user_bytes` of keys and values were written.
     fn extra(&self, _keys: u64, _user_bytes: u64) -> Vec<(&'static str, Value)> {

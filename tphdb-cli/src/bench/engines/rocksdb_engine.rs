@@ -123,6 +123,18 @@ impl Kv for Rocks {
         }
     }
 
+    fn memory_parts(&self) -> Vec<(&'static str, u64)> {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        vec![
+            ("memtables", property("rocksdb.cur-size-all-mem-tables")),
+            ("block_cache", property("rocksdb.block-cache-usage")),
+            (
+                "table_readers",
+                property("rocksdb.estimate-table-readers-mem"),
+            ),
+        ]
+    }
+
     fn write_counters(&self) -> Option<WriteCounters> {
         let count = self.tickers();
         Some(WriteCounters {

@@ -104,6 +104,16 @@ impl Kv for Tphdb {
         })
     }
 
+    fn memory_parts(&self) -> Vec<(&'static str, u64)> {
+        let st = self.db.stats();
+        vec![
+            ("memtables", st.memtable_bytes),
+            ("pinned_memtables", st.pinned_memtable_bytes),
+            ("block_cache", st.block_cache_bytes),
+            ("index", st.index_memory_bytes),
+        ]
+    }
+
     fn extra(&self, keys: u64, user_bytes: u64) -> Vec<(&'static str, Value)> {
         let st = self.db.stats();
         let amp = |b: u64| round(b as f64 / user_bytes.max(1) as f64, 3);

@@ -1,0 +1,119 @@
+//! Memory over a run: the process's resident set and what the engine says
+//! its parts hold, sampled once a second from the measured phase through
+//! the final settle (where a fill's compactions still run).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::engines::Kv;
+
+/// Resident set size in bytes (`VmRSS`).
+pub fn rss() -> u64 {
+    status_kb("VmRSS:") << 10
+}
+
+/// Peak resident set size in bytes (`VmHWM`).
+pub fn peak_rss() -> u64 {
+    status_kb("VmHWM:") << 10
+}
+
+fn status_kb(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// Samples a second apart, in MB: `rss` and, by name, the engine's parts
+/// ([`Kv::memory_parts`]).
+#[derive(Debug, Default)]
+pub struct MemoryTimeline {
+    pub rss_mb: Vec<f64>,
+    pub parts_mb: BTreeMap<String, Vec<f64>>,
+}
+
+impl MemoryTimeline {
+    fn sample(&mut self, db: &dyn Kv) {
+        let mb = |b: u64| (b as f64 / 1e5).round() / 10.0;
+        self.rss_mb.push(mb(rss()));
+        for (name, bytes) in db.memory_parts() {
+            self.parts_mb
+                .entry(name.to_string())
+                .or_default()
+                .push(mb(bytes));
+        }
+    }
+
+    /// The engine's parts at the sample of the highest resident set, with
+    /// that resident set first.
+    pub fn at_peak(&self) -> Vec<(String, f64)> {
+        let Some((i, &top)) = self
+            .rss_mb
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+        else {
+            return Vec::new();
+        };
+        let mut out = vec![("rss".to_string(), top)];
+        for (name, v) in &self.parts_mb {
+            if let Some(&x) = v.get(i) {
+                out.push((name.clone(), x));
+            }
+        }
+        out
+    }
+}
+
+/// Runs `f` while a thread samples `db`'s memory once a second.
+pub fn sampled<T>(db: &dyn Kv, f: impl FnOnce() -> T) -> (T, MemoryTimeline) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut timeline = MemoryTimeline::default();
+            let mut next = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                if std::time::Instant::now() >= next {
+                    timeline.sample(db);
+                    next += Duration::from_secs(1);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            timeline
+        });
+        let out = f();
+        stop.store(true, Ordering::Relaxed);
+        (out, sampler.join().expect("memory sampler"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_is_the_highest_resident_set_with_the_parts_of_that_second() {
+        let timeline = MemoryTimeline {
+            rss_mb: vec![100.0, 300.0, 250.0],
+            parts_mb: BTreeMap::from([
+                ("memtables".to_string(), vec![10.0, 64.0, 128.0]),
+                ("index".to_string(), vec![1.0, 2.0, 3.0]),
+            ]),
+        };
+        let want = [("rss", 300.0), ("index", 2.0), ("memtables", 64.0)];
+        let got = timeline.at_peak();
+        assert_eq!(got.len(), want.len());
+        for ((name, x), (want_name, want_x)) in got.iter().zip(want) {
+            assert_eq!((name.as_str(), *x), (want_name, want_x));
+        }
+        assert!(MemoryTimeline::default().at_peak().is_empty());
+    }
+
+    #[test]
+    fn this_process_has_a_resident_set_within_its_peak() {
+        let (now, peak) = (rss(), peak_rss());
+        assert!(now > 0 && now <= peak, "{now} resident, peak {peak}");
+    }
+}
