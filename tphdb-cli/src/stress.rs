@@ -169,7 +169,8 @@ impl Stress<'_> {
         let mut rng = fastrand::Rng::with_seed(seed);
         while !self.stop.load(Ordering::Relaxed) {
             let guard = self.db.read().unwrap_or_else(|e| e.into_inner());
-            let Some(db) = guard.as_ref() else { continue };
+            // Gone only if the coordinator gave up (see `StopOnDrop`).
+            let Some(db) = guard.as_ref() else { break };
             let kind = match rng.u32(..1000) {
                 0..=399 => 0,
                 400..=599 => 1,
@@ -424,6 +425,15 @@ impl Stress<'_> {
     }
 }
 
+/// Sets the flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn options(a: &StressArgs) -> Options {
     Options {
         write_buffer_bytes: a.write_buffer_kb << 10,
@@ -470,6 +480,9 @@ pub fn run(a: StressArgs) -> Result<(), BoxError> {
             let s = &s;
             scope.spawn(move || s.worker(seed.wrapping_add(t as u64)));
         }
+        // However this thread ends (an error, a panic), the workers stop:
+        // the scope waits for them.
+        let _stop = StopOnDrop(&s.stop);
         let mut next_reopen = started + Duration::from_secs(a.reopen_seconds);
         let mut next_report = started + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -501,7 +514,6 @@ pub fn run(a: StressArgs) -> Result<(), BoxError> {
                 next_reopen = Instant::now() + Duration::from_secs(a.reopen_seconds);
             }
         }
-        s.stop.store(true, Ordering::Relaxed);
         Ok(())
     })?;
     let db =

@@ -38,3 +38,47 @@ fn a_short_stress_run_finds_no_failure() {
     assert!(stdout.contains(": 0 failures"), "{stdout}");
     assert!(stdout.contains("2 reopens"), "{stdout}");
 }
+
+/// Regression: when the thread that reopens the database and reports
+/// (here: printing to a closed stdout at its 5-second report; in general,
+/// a failed reopen) gave up, the workers were never told to stop and spun
+/// for good. The run now ends, with an error.
+#[test]
+fn a_stress_run_whose_coordinator_fails_ends() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+        .args([
+            "stress",
+            "--seconds",
+            "8",
+            "--threads",
+            "2",
+            "--keys",
+            "500",
+        ])
+        .args(["--reopen-seconds", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run tphdb stress");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("the first line");
+    assert!(first.starts_with("stress:"), "{first}");
+    drop(stdout);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stress still running 60 s after its output closed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success(), "{status}");
+}
