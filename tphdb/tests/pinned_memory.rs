@@ -97,3 +97,45 @@ fn snapshots_and_iterators_keep_at_most_pinned_memtable_bytes_in_memory() {
     drop(snapshots);
     db.close().unwrap();
 }
+
+/// A snapshot keeps the TPHs of its moment, and their global indexes, after
+/// compactions replace them: `DBStats` counts those indexes
+/// (`index_global_held_bytes`) beside the current version's
+/// (`index_global_bytes`) until the snapshot goes.
+#[test]
+fn global_indexes_a_snapshot_holds_after_a_compaction_are_counted_until_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        write_buffer_bytes: 1 << 20,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let write_round = |round: u32| {
+        for i in 0..KEYS {
+            db.put(key(i), value(round, i)).unwrap();
+        }
+        db.compact_range(None, None).unwrap();
+        db.wait_for_compactions().unwrap();
+    };
+    write_round(0);
+    let settled = db.stats();
+    assert!(settled.index_global_bytes > 0);
+    assert_eq!(settled.index_global_held_bytes, settled.index_global_bytes);
+
+    let snapshot = db.snapshot();
+    write_round(1);
+    let held = db.stats();
+    // The snapshot's TPHs were all replaced: their indexes are held on top.
+    assert!(
+        held.index_global_held_bytes >= held.index_global_bytes + settled.index_global_bytes,
+        "{} held, {} current, {} in the snapshot's version",
+        held.index_global_held_bytes,
+        held.index_global_bytes,
+        settled.index_global_bytes
+    );
+    assert_eq!(snapshot.get(key(7)).unwrap(), Some(value(0, 7)));
+
+    drop(snapshot);
+    let after = db.stats();
+    assert_eq!(after.index_global_held_bytes, after.index_global_bytes);
+}

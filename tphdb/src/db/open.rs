@@ -205,6 +205,7 @@ fn piece_reads(opts: &Options) -> PieceReads {
             .then(|| Arc::new(BlockCache::new(opts.block_cache_bytes as u64))),
         open_files: Some(crate::fs::OpenFiles::new(opts.max_open_files)),
         allow_ptrhash: opts.phf_kind == crate::phf::PhfKind::PtrHash,
+        global_index_held: Arc::default(),
     }
 }
 

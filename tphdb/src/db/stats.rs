@@ -234,6 +234,11 @@ pub struct DBStats {
     pub index_global_bytes: u64,
     /// The local (piece) part of `index_memory_bytes`.
     pub index_local_bytes: u64,
+    /// Global index bytes of every TPH in memory: the current version's
+    /// (`index_global_bytes`), those running compactions have built and
+    /// not yet installed, and replaced ones that compactions (the version
+    /// they started from), snapshots and iterators still hold.
+    pub index_global_held_bytes: u64,
     /// `index_memory_bytes` per stored entry.
     pub index_bytes_per_key: f64,
     /// Bytes held by memtables.
@@ -428,6 +433,7 @@ impl Inner {
             index_memory_bytes: global + local,
             index_global_bytes: global,
             index_local_bytes: local,
+            index_global_held_bytes: self.piece_reads.global_index_held.load(Relaxed),
             index_bytes_per_key: ratio(global + local, stored),
             memtable_bytes,
             immutable_memtables: sv.imms.len() as u64,

@@ -75,10 +75,11 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "index {} bytes (global {}, local {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)",
+            "index {} bytes (global {}, local {}; global of all TPHs held {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)",
             self.index_memory_bytes,
             self.index_global_bytes,
             self.index_local_bytes,
+            self.index_global_held_bytes,
             self.index_bytes_per_key,
             self.memtable_bytes,
             self.immutable_memtables,

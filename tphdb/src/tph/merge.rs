@@ -353,7 +353,7 @@ pub(crate) fn merge(
         meta.pieces.iter().all(|p| p.live > 0),
         "a piece without live keys stays"
     );
-    let tph = Tph::assemble(head, pieces, &meta, index);
+    let tph = Tph::assemble(head, pieces, &meta, index, ctx.reads);
     Ok(MergeOutcome::Replaced {
         tph: Box::new(tph),
         obsolete,

@@ -23,7 +23,7 @@ mod meta;
 use std::collections::HashMap;
 use std::ops::{Deref, RangeInclusive};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -78,6 +78,10 @@ pub(crate) struct PieceReads {
     pub(crate) open_files: Option<Arc<OpenFiles>>,
     /// Read PtrHash pieces (only when the user chose PtrHash).
     pub(crate) allow_ptrhash: bool,
+    /// Global index bytes of every TPH of the database alive: the current
+    /// version's, and those that running jobs, snapshots and iterators
+    /// still hold (see [`Tph`]'s drop).
+    pub(crate) global_index_held: Arc<AtomicU64>,
 }
 
 impl From<ReadMode> for PieceReads {
@@ -87,6 +91,7 @@ impl From<ReadMode> for PieceReads {
             cache: None,
             open_files: None,
             allow_ptrhash: false,
+            global_index_held: Arc::default(),
         }
     }
 }
@@ -162,6 +167,16 @@ pub(crate) struct Tph {
     /// level 1 before each write group (see `compaction::level1_due`).
     live_data_bytes: u64,
     index: GlobalIndex,
+    /// Where the index's bytes are counted while the TPH lives
+    /// (`PieceReads::global_index_held`).
+    held: Arc<AtomicU64>,
+}
+
+impl Drop for Tph {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.index.memory_bytes() as u64, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Tph {
@@ -236,15 +251,17 @@ impl Tph {
         for p in &meta.pieces {
             pieces.push(get(p.number)?);
         }
-        Ok(Tph::assemble(head, pieces, &meta, index))
+        Ok(Tph::assemble(head, pieces, &meta, index, reads))
     }
 
-    /// A TPH of these parts: `pieces[i]` is `meta.pieces[i]`.
+    /// A TPH of these parts: `pieces[i]` is `meta.pieces[i]`; its index
+    /// is counted in `reads.global_index_held` while it lives.
     fn assemble(
         head: Arc<PieceFile>,
         pieces: Vec<Arc<PieceFile>>,
         meta: &TphMeta,
         index: GlobalIndex,
+        reads: &PieceReads,
     ) -> Tph {
         debug_assert_eq!(pieces.len(), meta.pieces.len());
         let live_counts: Vec<u64> = meta.pieces.iter().map(|p| p.live).collect();
@@ -253,6 +270,8 @@ impl Tph {
             .zip(&live_counts)
             .map(|(p, &live)| p.properties().data_bytes_of(live))
             .sum();
+        let held = reads.global_index_held.clone();
+        held.fetch_add(index.memory_bytes() as u64, Ordering::Relaxed);
         Tph {
             level: meta.level,
             partition: meta.partition,
@@ -262,6 +281,7 @@ impl Tph {
             shadowed_counts: meta.pieces.iter().map(|p| p.shadowed).collect(),
             live_data_bytes,
             index,
+            held,
         }
     }
 

@@ -69,6 +69,7 @@ impl Harness {
                 // Fewer than a TPH's pieces: files close and reopen.
                 open_files: Some(crate::fs::OpenFiles::new(2)),
                 allow_ptrhash: false,
+                global_index_held: Arc::default(),
             },
         }
     }
