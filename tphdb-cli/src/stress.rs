@@ -159,10 +159,15 @@ impl Stress<'_> {
         false
     }
 
-    /// Prints where `snapshot` holds key `k`, after a failure about it.
+    /// Prints what a read of key `k` through `snapshot` returns now, and
+    /// where the snapshot holds it, after a failure about it.
     fn explain(&self, k: u32, snapshot: &Snapshot<'_>, when: &str) {
+        let again = snapshot.get(key(k)).map(|v| shown(v.as_deref()));
         let lines = snapshot.explain(key(k));
-        eprintln!("  key {k} {when}:\n    {}", lines.join("\n    "));
+        eprintln!(
+            "  key {k} {when}: read again {again:?}\n    {}",
+            lines.join("\n    ")
+        );
     }
 
     fn worker(&self, seed: u64) {
@@ -243,8 +248,6 @@ impl Stress<'_> {
                 for ((k, g), r) in (from..to).zip(&guards).zip(got) {
                     let want = m.expected(k, **g);
                     if !self.check("multi_get", k, r?.as_deref(), want.as_deref()) {
-                        let again = db.get(key(k))?;
-                        eprintln!("  key {k} read again: {:?}", shown(again.as_deref()));
                         self.explain(k, &db.snapshot(), "after the multi_get");
                     }
                 }
@@ -284,8 +287,6 @@ impl Stress<'_> {
                     let got = snapshot.get(key(k))?;
                     let want = m.expected(k, b);
                     if !self.check("snapshot get", k, got.as_deref(), want.as_deref()) {
-                        let again = snapshot.get(key(k))?;
-                        eprintln!("  key {k} read again: {:?}", shown(again.as_deref()));
                         self.explain(k, &snapshot, "in the snapshot");
                     }
                 }
