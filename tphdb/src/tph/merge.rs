@@ -14,19 +14,16 @@ use bytes::Bytes;
 
 use super::base::{held_hashes, supersede, LiveKeys};
 use super::copies::Copies;
-use super::fold::{carry_victims, load_pass, Written};
+use super::fold::{carry_victims, Written};
 use super::garbage::{live_shadowed, piece_garbage};
-use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
-use super::meta::{
-    IndexFormat, MetaPiece, TphMeta, MAX_PIECES, SECTION_EXCEPTIONS, SECTION_FUSE, SECTION_META,
-};
-use super::{piece_file_name, PieceFile, PieceReads, Tph};
+use super::head::{build_index_sections, new_meta, write_head};
+use super::meta::MAX_PIECES;
+use super::{PieceFile, PieceReads, Tph};
 use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::FileSystem;
-use crate::hash::{key_hash, key_hash2, signature};
-use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
-use crate::piece::{write_piece_in_passes, AsEntry, Entry, EntryRef, EntryShape, PieceOptions};
+use crate::hash::{key_hash, key_hash2};
+use crate::piece::{AsEntry, Entry, EntryRef, EntryShape, PieceOptions};
 use crate::version::Version;
 
 /// An entry moving into a TPH: 64 bytes beside its key and value, which
@@ -126,7 +123,7 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) sig_bits: u32,
     /// At the bottom, the bits of a global index field at most: a TPH with
     /// more pieces takes them from its signature (see
-    /// [`signature_bits_within`]).
+    /// [`super::head::signature_bits_within`]).
     pub(crate) field_bits: Option<u32>,
     pub(crate) level: u32,
     pub(crate) partition: u64,
@@ -165,7 +162,7 @@ pub(crate) struct MergeContext<'a> {
     /// key they hold stays live in them.
     pub(crate) carried_down: &'a [u64],
     /// The levels below, for TPHs above the bottom: which of the delta's
-    /// keys hide a version there ([`MetaPiece::shadowed`]).
+    /// keys hide a version there ([`super::meta::MetaPiece::shadowed`]).
     pub(crate) below: Option<&'a Version>,
 }
 
@@ -469,161 +466,4 @@ fn shadowed_entries(
         }
     }
     shadowed
-}
-
-/// The merged TPH's metadata: the remaining base pieces, then the new one
-/// when it holds entries (`written`, `shadowed` of them hiding a version
-/// below).
-fn new_meta(
-    ctx: &MergeContext<'_>,
-    base: Option<&Tph>,
-    remaining: &[usize],
-    live_counts: &[u64],
-    written: usize,
-    shadowed: u64,
-) -> Result<TphMeta> {
-    let pieces: Vec<MetaPiece> = base
-        .into_iter()
-        .flat_map(|b| {
-            remaining.iter().map(|&i| MetaPiece {
-                number: b.pieces[i].number(),
-                live: live_counts[i],
-                shadowed: b.shadowed_counts[i],
-            })
-        })
-        .chain((written > 0).then_some(MetaPiece {
-            number: ctx.new_number,
-            live: written as u64,
-            shadowed: shadowed.min(written as u64),
-        }))
-        .collect();
-    if pieces.len() > MAX_PIECES {
-        return Err(Error::Internal(format!(
-            "a TPH of {} pieces exceeds {MAX_PIECES}",
-            pieces.len()
-        )));
-    }
-    let piece_bits = bits_for(pieces.len() as u64 - 1);
-    Ok(TphMeta {
-        format: IndexFormat::Fuse,
-        level: ctx.level,
-        partition: ctx.partition,
-        sig_bits: signature_bits_within(ctx.sig_bits, ctx.field_bits, piece_bits),
-        piece_bits,
-        pieces,
-    })
-}
-
-/// The fewest signature bits a field bound leaves a TPH.
-const MIN_BOUNDED_SIGNATURE_BITS: u32 = 6;
-
-/// The signature bits of a TPH whose piece numbers take `piece_bits`:
-/// `sig_bits`, less what a field of more than `field_bits` would take, but
-/// at least `MIN_BOUNDED_SIGNATURE_BITS` (or `sig_bits`, if fewer). The
-/// bottom's signatures only reject absent keys, and piece numbers past
-/// the last piece reject some too: 9 pieces in 4 bits with 7-bit
-/// signatures let through 9/2048 of them, 8 in 3 bits with 8-bit ones
-/// 8/2048.
-pub(crate) fn signature_bits_within(
-    sig_bits: u32,
-    field_bits: Option<u32>,
-    piece_bits: u32,
-) -> u32 {
-    match field_bits {
-        Some(field) => sig_bits
-            .min(field.saturating_sub(piece_bits))
-            .max(MIN_BOUNDED_SIGNATURE_BITS.min(sig_bits)),
-        None => sig_bits,
-    }
-}
-
-/// Writes the new head piece (the written entries and the index sections)
-/// in `passes` runs of slots, and opens it; returns it and the index it
-/// carries.
-#[allow(clippy::too_many_arguments)]
-fn write_head(
-    ctx: &MergeContext<'_>,
-    base: Option<&Tph>,
-    meta: &TphMeta,
-    written: &[Written],
-    passes: usize,
-    sections: [(u32, Vec<u8>); 3],
-    stats: &mut MergeStats,
-) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let hashes: Vec<u64> = written.iter().map(Written::h).collect();
-    let folded = written.iter().any(|e| matches!(e, Written::Folded(_)));
-    let path = ctx.dir.join(piece_file_name(ctx.new_number));
-    let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
-    let write_result = write_piece_in_passes(
-        ctx.fs.as_ref(),
-        &path,
-        written,
-        &hashes,
-        ctx.piece_options,
-        &extra,
-        passes,
-        &mut |run| load_pass(base, written, folded, run, stats),
-    );
-    if let Err(e) = write_result {
-        let _ = ctx.fs.remove(&path);
-        return Err(e);
-    }
-    let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.reads)?;
-    let [_, (_, fuse), (_, exceptions)] = sections;
-    let index = GlobalIndex::decode_fuse(
-        Bytes::from(fuse),
-        meta.sig_bits,
-        meta.piece_bits,
-        &exceptions,
-        meta.pieces.len(),
-    )?;
-    Ok((head, index))
-}
-
-/// The global index of the merged key set, as head-piece sections in the
-/// order meta, fuse, exceptions. The keys are streamed from `live` once
-/// per batch of the fuse build (the first pass marks which base entries
-/// are live), and once more only if some share a hash.
-fn build_index_sections(
-    ctx: &MergeContext<'_>,
-    meta: &TphMeta,
-    live: &mut LiveKeys<'_>,
-    stats: &mut MergeStats,
-) -> Result<[(u32, Vec<u8>); 3]> {
-    let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);
-    let built = Fuse::build_streamed(
-        live.count(),
-        sig_bits + piece_bits,
-        FUSE_SEED,
-        ctx.hashes.clone(),
-        &mut |hashes, f: &mut dyn FnMut(u64, u32)| {
-            live.for_each_in(hashes, stats, &mut |h, _, field| f(h, field - 1))
-        },
-        &|h, piece| signature(h, sig_bits) << piece_bits | u64::from(piece),
-        (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
-    )?;
-    live.check_counts()?;
-    // A hash shared by several live keys: every one of them is an exception,
-    // so that the exception list alone routes that hash.
-    let shared = built.duplicate_hashes;
-    let mut exceptions = Vec::new();
-    if !shared.is_empty() {
-        live.for_each_in(0..=u64::MAX, stats, &mut |h, h2, field| {
-            if shared.binary_search(&h).is_ok() {
-                exceptions.push(Exception { h, h2, field });
-            }
-        })?;
-        live.check_counts()?;
-        exceptions.sort_unstable();
-    }
-    let mut fuse = Vec::new();
-    built.fuse.encode(&mut fuse);
-    Ok([
-        (SECTION_META, meta.encode()),
-        (SECTION_FUSE, fuse),
-        (
-            SECTION_EXCEPTIONS,
-            GlobalIndex::encode_exceptions(&exceptions),
-        ),
-    ])
 }

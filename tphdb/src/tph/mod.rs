@@ -16,6 +16,7 @@ mod copies;
 mod cursor;
 mod fold;
 mod garbage;
+mod head;
 mod index;
 mod merge;
 mod meta;

@@ -418,7 +418,7 @@ impl SkipList {
 
     /// Moves the frozen list's memory into `file`: each written block is
     /// copied there and the copy mapped over the block, at the same address.
-    /// Every pointer into the list (readers', and [`Bytes`] handed out)
+    /// Every pointer into the list (readers', and [`Bytes`](bytes::Bytes) handed out)
     /// stays valid and sees the same bytes, but the pages are now clean file
     /// pages the kernel may drop and read back, not memory the process
     /// holds. Returns the bytes moved (0 if they were already).

@@ -1,0 +1,108 @@
+//! Which TPHs jobs build: signature widths by level, the deepest level's
+//! field bound.
+
+use crate::{Options, DB};
+
+/// The deepest level's TPHs are built with `bottom_signature_bits`,
+/// level 0's with `signature_bits`; global indexes are fuses, near a
+/// field a key.
+#[test]
+fn the_deepest_level_gets_the_bottom_signature_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        write_buffer_bytes: 256 << 10,
+        tph_target_bytes: 256 << 10,
+        fanout: 4,
+        l0_compaction_trigger: 4,
+        signature_bits: 11,
+        bottom_signature_bits: 6,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for i in 0..60_000u64 {
+        let key = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        db.put(key, [7u8; 100]).unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    // Settled, level 0 holds fewer TPHs than its trigger: one more
+    // flush leaves one there if none is.
+    db.put(b"one more", b"flush").unwrap();
+    db.flush().unwrap();
+    let v = db.inner.state.lock().current().clone();
+    assert!(v.depth >= 2, "depth {}", v.depth);
+    let bits = |level: u32| -> Vec<u32> {
+        v.tphs()
+            .filter(|t| t.level() == level)
+            .map(|t| t.signature_bits())
+            .collect()
+    };
+    let (level0, deepest) = (bits(0), bits(v.depth));
+    assert!(!level0.is_empty() && !deepest.is_empty());
+    assert!(level0.iter().all(|&b| b == 11), "level 0: {level0:?}");
+    assert!(deepest.iter().all(|&b| b == 6), "deepest: {deepest:?}");
+    // A fuse of a few thousand keys takes about 1.4 cells a key (a
+    // quarter million: 1.1), a cell being a field: signature and piece.
+    assert!(v.tphs().all(|t| t.global_index_is_fuse()));
+    let field_bits: u64 = v
+        .tphs()
+        .map(|t| t.live_count() * u64::from(t.signature_bits() + t.piece_bits()))
+        .sum();
+    let index_bits: u64 = v.tphs().map(|t| t.global_index_bytes() as u64 * 8).sum();
+    let cells_a_field = index_bits as f64 / field_bits as f64;
+    assert!(cells_a_field < 1.55, "{cells_a_field} cells a key");
+}
+
+/// With `bottom_field_bits` 11, a deepest-level TPH of more than eight
+/// pieces gives its signature the bit its piece numbers take past
+/// three; one of fewer keeps `bottom_signature_bits`, as every TPH does
+/// without the bound. Keys are all found and absent keys are not.
+#[test]
+fn a_bottom_tph_of_many_pieces_keeps_its_fields_within_bottom_field_bits() {
+    for field_bits in [11, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = Options {
+            one_level: true,
+            fanout: 2,
+            bottom_field_bits: field_bits,
+            ..Options::default()
+        };
+        let db = DB::open(&opts, dir.path()).unwrap();
+        let key = |i: u64| i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        let (flushes, per_flush) = (12u64, 3000u64);
+        let mut shapes = Vec::new();
+        for f in 0..flushes {
+            for i in f * per_flush..(f + 1) * per_flush {
+                db.put(key(i), i.to_le_bytes()).unwrap();
+            }
+            db.flush().unwrap();
+            db.wait_for_compactions().unwrap();
+            let v = db.inner.state.lock().current().clone();
+            assert_eq!(v.depth, 1);
+            shapes.extend(
+                v.tphs()
+                    .map(|t| (t.piece_count(), t.signature_bits(), t.piece_bits())),
+            );
+        }
+        for &(pieces, sig, piece_bits) in &shapes {
+            let want = if pieces > 8 && field_bits == 11 { 7 } else { 8 };
+            assert_eq!(sig, want, "{pieces} pieces, field bits {field_bits}");
+            assert!(field_bits == 0 || sig + piece_bits <= 11);
+        }
+        assert!(shapes.iter().any(|s| s.0 > 8), "{shapes:?}");
+        assert!(shapes.iter().any(|s| s.0 <= 8), "{shapes:?}");
+        for i in 0..flushes * per_flush {
+            assert_eq!(
+                db.get(key(i)).unwrap().as_deref(),
+                Some(&i.to_le_bytes()[..])
+            );
+        }
+        let before = db.stats().get_block_reads;
+        let absent = flushes * per_flush..flushes * per_flush + 20_000;
+        assert!(absent.clone().all(|i| db.get(key(i)).unwrap().is_none()));
+        // 7-bit signatures past a field of up to 12 pieces in 16: about
+        // 12/2048 of absent keys read a block (0.6%); 3% would be far
+        // more.
+        let reads = db.stats().get_block_reads - before;
+        assert!(reads < 600, "{reads} block reads, field bits {field_bits}");
+    }
+}
