@@ -11,13 +11,12 @@ use bytes::Bytes;
 use rayon::prelude::*;
 
 use super::install::{discard, Change};
-use super::push_down::{pinned, Pins};
 use super::Inner;
+use crate::compaction::TphId;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeOutcome, RangePasses, Tph, MERGE_BYTES_PER_ENTRY};
-use crate::version::Version;
+use crate::tph::{merge, DeltaEntry, RangePasses, Tph, MERGE_BYTES_PER_ENTRY};
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
 /// each entry costs (in the inputs, the merged list and a partition's).
@@ -131,11 +130,10 @@ impl Inner {
     /// targets are merged in several passes over ranges of partitions, each
     /// reading only the blocks of the inputs that hold entries in its range
     /// (an entry outside `targets` is never kept, and the count check
-    /// reports it).
+    /// reports it). Each new TPH is installed once written; `change` keeps
+    /// the statistics, and the caller retires the inputs.
     pub(super) fn merge_tphs_into_level(
         &self,
-        version: &Version,
-        pins: &Pins,
         inputs: &[Arc<Tph>],
         level: u32,
         targets: Range<u64>,
@@ -143,7 +141,7 @@ impl Inner {
     ) -> Result<()> {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
         let per_pass = partitions_per_pass(input_bytes, self.job_input_bytes(), &targets);
-        let partitions = version.partitions(level);
+        let partitions = self.state.lock().current().partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);
         // One pass takes every live entry of the inputs, reading them
@@ -165,7 +163,7 @@ impl Inner {
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
-            self.merge_into_level(version, pins, level, newest_first(lists), change)?;
+            self.merge_into_level(level, newest_first(lists), true, change)?;
         }
         for (i, t) in inputs.iter().enumerate() {
             let finished = match ranges.as_mut() {
@@ -181,37 +179,57 @@ impl Inner {
         Ok(())
     }
 
-    /// Merges `delta` into the TPHs of `level` it touches, in parallel.
+    /// Merges `delta` into the TPHs of `level` it touches, in parallel,
+    /// each into the TPH current when its merge starts (a job's own TPHs
+    /// change only by its hand). With `install_each`, each new TPH is
+    /// installed as soon as it is written, as one edit, instead of with the
+    /// job's result: the TPH it replaces (and its global index) goes then,
+    /// not once every partition is done. Only for entries readers already
+    /// see elsewhere (frozen memtables, level 0, the TPH pushed down): the
+    /// version between the edits reads the same, and a crash between them
+    /// leaves copies that the next merge of the same entries replaces.
     pub(super) fn merge_into_level(
         &self,
-        version: &Version,
-        pins: &Pins,
         level: u32,
         delta: Vec<DeltaEntry>,
+        install_each: bool,
         change: &mut Change,
     ) -> Result<()> {
-        let parts = split(delta, version.partitions(level));
+        let (partitions, bottom) = {
+            let st = self.state.lock();
+            (st.current().partitions(level), level == st.current().depth)
+        };
+        let parts = split(delta, partitions);
         let numbers: Vec<u64> = parts
             .keys()
             .map(|_| self.new_file_number())
             .collect::<Result<_>>()?;
-        let bottom = level == version.depth;
-        let outcomes: Vec<Result<(u64, MergeOutcome)>> = parts
+        let below = || self.current_version();
+        let outcomes: Vec<Result<Change>> = parts
             .into_iter()
             .zip(numbers)
             .collect::<Vec<_>>()
             .into_par_iter()
             .map(|((p, d), number)| {
+                let (base, pinned) = self.merge_target(level, p);
                 let mut ctx = self.merge_context(level, p, bottom, number);
-                ctx.pinned = pinned(pins, level, p);
-                ctx.below = Some(version);
-                Ok((p, merge(&ctx, version.tph(level, p).map(|t| &**t), d)?))
+                ctx.pinned = &pinned;
+                ctx.below = Some(&below);
+                let mut one = Change::default();
+                one.add(level, p, merge(&ctx, base.as_deref(), d)?);
+                if install_each && one.changes_version() {
+                    let stats = std::mem::take(&mut one.stats);
+                    self.apply(one, &[])?;
+                    one = Change::default();
+                    one.stats = stats;
+                }
+                Ok(one)
             })
             .collect();
         let mut first_error = None;
         for o in outcomes {
             match o {
-                Ok((p, o)) => change.add(level, p, o),
+                Ok(one) => change.absorb(one),
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -224,6 +242,16 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+
+    /// The TPH of `(level, partition)` now, and the pieces of it a running
+    /// push-down carries.
+    fn merge_target(&self, level: u32, partition: u64) -> (Option<Arc<Tph>>, Arc<[u64]>) {
+        let st = self.state.lock();
+        let base = st.current().tph(level, partition).cloned();
+        let id = TphId { level, partition };
+        let pinned = st.push_downs.pins.get(&id).cloned();
+        (base, pinned.unwrap_or_else(|| Arc::from([])))
     }
 }
 

@@ -44,6 +44,22 @@ impl Change {
         self.stats.add(&stats);
     }
 
+    /// Adds what another merge of the same job changed (other partitions,
+    /// or only its statistics once installed).
+    pub(super) fn absorb(&mut self, other: Change) {
+        debug_assert!(other.edit.add_l0.is_empty() && other.edit.remove_l0.is_empty());
+        self.edit.set.extend(other.edit.set);
+        self.edit.remove.extend(other.edit.remove);
+        self.new_tphs.extend(other.new_tphs);
+        self.obsolete.extend(other.obsolete);
+        self.stats.add(&other.stats);
+    }
+
+    /// Whether applying it would change the version.
+    pub(super) fn changes_version(&self) -> bool {
+        self.edit != VersionEdit::default()
+    }
+
     /// Every file of a TPH that leaves the version.
     pub(super) fn retire(&mut self, tph: &Tph) {
         self.obsolete.extend(tph.files().cloned());

@@ -22,7 +22,6 @@ use super::Inner;
 use crate::compaction::TphId;
 use crate::error::{Error, Result};
 use crate::tph::{merge, Tph};
-use crate::version::Version;
 
 /// The pieces each running push-down carries down, by its TPH.
 pub(crate) type Pins = HashMap<TphId, Arc<[u64]>>;
@@ -52,12 +51,6 @@ impl PushDowns {
     }
 }
 
-/// The pieces of `(level, partition)` that a running push-down carries.
-pub(super) fn pinned(pins: &Pins, level: u32, partition: u64) -> &[u64] {
-    pins.get(&TphId { level, partition })
-        .map_or(&[], |p| &p[..])
-}
-
 impl Inner {
     /// Pushes `source` into its children, then drops what it carried from
     /// its TPH, all in `change`. Returns `false` when it parked instead:
@@ -66,17 +59,15 @@ impl Inner {
     /// job runs.
     pub(super) fn push_down(
         &self,
-        version: &Version,
-        pins: &Pins,
         id: TphId,
         source: &Arc<Tph>,
         alone: bool,
         change: &mut Change,
     ) -> Result<bool> {
-        let fanout = version.layout.fanout;
+        let fanout = self.current_version().layout.fanout;
         let children = id.partition * fanout..(id.partition + 1) * fanout;
         let inputs = std::slice::from_ref(source);
-        self.merge_tphs_into_level(version, pins, inputs, id.level + 1, children, change)?;
+        self.merge_tphs_into_level(inputs, id.level + 1, children, change)?;
         {
             let mut st = self.state.lock();
             if !alone && !st.running.take_source(id) {
@@ -133,10 +124,13 @@ impl Inner {
     /// caller holds: the TPH leaves its level if nothing was merged into
     /// it meanwhile; otherwise a new head indexes the pieces that stay.
     fn trim_source(&self, id: TphId, source: &Tph, change: &mut Change) -> Result<()> {
-        let version = self.state.lock().current().clone();
         let (level, p) = (id.level, id.partition);
+        let (current, depth) = {
+            let st = self.state.lock();
+            (st.current().tph(level, p).cloned(), st.current().depth)
+        };
         change.retire(source);
-        let Some(current) = version.tph(level, p) else {
+        let Some(current) = current else {
             return Ok(());
         };
         if current.head_number() == source.head_number() {
@@ -149,11 +143,12 @@ impl Inner {
         let stay = current.piece_numbers();
         self.stats.push_downs_overlapped.fetch_add(1, Relaxed);
         let number = self.new_file_number()?;
-        let mut ctx = self.merge_context(level, p, level == version.depth, number);
+        let below = || self.current_version();
+        let mut ctx = self.merge_context(level, p, level == depth, number);
         ctx.carried_down = &carried;
         ctx.pinned = &stay;
-        ctx.below = Some(&version);
-        change.add(level, p, merge(&ctx, Some(current), Vec::new())?);
+        ctx.below = Some(&below);
+        change.add(level, p, merge(&ctx, Some(&current), Vec::new())?);
         Ok(())
     }
 }

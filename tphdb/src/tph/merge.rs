@@ -163,7 +163,9 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) carried_down: &'a [u64],
     /// The levels below, for TPHs above the bottom: which of the delta's
     /// keys hide a version there ([`super::meta::MetaPiece::shadowed`]).
-    pub(crate) below: Option<&'a Version>,
+    /// Asked for when the merge needs them, so that a long job does not
+    /// keep TPHs other jobs replaced meanwhile (and their indexes) alive.
+    pub(crate) below: Option<&'a (dyn Fn() -> Arc<Version> + Sync)>,
 }
 
 /// What a merge did, for statistics. The bytes of the piece it wrote are
@@ -456,6 +458,7 @@ fn shadowed_entries(
     let Some(below) = ctx.below.filter(|_| !ctx.bottom && ctx.level >= 1) else {
         return 0;
     };
+    let below = below();
     let mut shadowed = delta
         .iter()
         .filter(|e| below.holds_below(ctx.level, e.key(), e.h))

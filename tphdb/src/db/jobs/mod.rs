@@ -20,7 +20,7 @@ use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
 use crate::memtable::MemTable;
 use crate::tph::{merge, MergeContext, MergeOutcome, Tph};
-use crate::version::VersionEdit;
+use crate::version::{Version, VersionEdit};
 
 /// Work for the background pool.
 #[derive(Debug)]
@@ -196,7 +196,8 @@ impl Inner {
         drop(job);
         let mut st = self.state.lock();
         match &result {
-            // Out of space: nothing was installed; retry once space may be back.
+            // Out of space: what was installed stands (each edit is a
+            // whole state); retry the rest once space may be back.
             Err(e) if e.is_no_space() => st.space.failed(e),
             Err(e) => self.poison(&mut st, e),
             Ok(_) => st.space.succeeded(),
@@ -285,10 +286,10 @@ impl Inner {
     /// Does a job's work and applies its result; `alone` when no other
     /// job runs (a manual compaction).
     pub(crate) fn execute(&self, job: &Job, alone: bool) -> Result<Ran> {
-        let (version, pins) = {
-            let st = self.state.lock();
-            (st.current().clone(), st.push_downs.pins.clone())
-        };
+        // A job looks up the TPHs it reads and merges into when it needs
+        // them and holds only those: a copy of the whole version, held for
+        // the job's run, would keep every TPH another job replaced
+        // meanwhile alive, global index and all.
         let mut change = Change::default();
         let mut flushed: &[Arc<MemTable>] = &[];
         match job {
@@ -297,37 +298,41 @@ impl Inner {
                 let newest: Vec<&MemTable> = mems.iter().rev().map(|m| &**m).collect();
                 let delta = memtables_delta(&newest);
                 if self.opts.one_level {
-                    self.merge_into_level(&version, &pins, 1, delta, &mut change)?;
+                    self.merge_into_level(1, delta, true, &mut change)?;
                 } else if !delta.is_empty() {
                     self.add_level0_tph(delta, &mut change)?;
                 }
             }
             Job::L0ToL1(heads) => {
-                let inputs: Vec<Arc<Tph>> = version
-                    .l0
-                    .iter()
-                    .filter(|t| heads.contains(&t.head_number()))
-                    .cloned()
-                    .collect();
-                let all = 0..version.partitions(1);
-                self.merge_tphs_into_level(&version, &pins, &inputs, 1, all, &mut change)?;
+                let (inputs, all): (Vec<Arc<Tph>>, _) = {
+                    let st = self.state.lock();
+                    let v = st.current();
+                    let inputs = v.l0.iter().filter(|t| heads.contains(&t.head_number()));
+                    (inputs.cloned().collect(), 0..v.partitions(1))
+                };
+                self.merge_tphs_into_level(&inputs, 1, all, &mut change)?;
                 for t in &inputs {
                     change.edit.remove_l0.push(t.head_number());
                     change.retire(t);
                 }
             }
             Job::PushDown(id, source) => {
-                if !self.push_down(&version, &pins, *id, source, alone, &mut change)? {
+                if !self.push_down(*id, source, alone, &mut change)? {
                     return Ok(Ran::Parked);
                 }
             }
             Job::FinishPushDown(id) => self.finish_push_down(*id, &mut change)?,
             Job::Gc(id) | Job::FoldAll(id) => {
                 let (level, p) = (id.level, id.partition);
-                if let Some(base) = version.tph(level, p) {
+                let (base, depth) = {
+                    let st = self.state.lock();
+                    (st.current().tph(level, p).cloned(), st.current().depth)
+                };
+                if let Some(base) = base {
                     let number = self.new_file_number()?;
-                    let mut ctx = self.merge_context(level, p, level == version.depth, number);
-                    ctx.below = Some(&version);
+                    let below = || self.current_version();
+                    let mut ctx = self.merge_context(level, p, level == depth, number);
+                    ctx.below = Some(&below);
                     // One merge and no delta: the job's input half holds
                     // the folded entries (a GC job picks as many as fit it,
                     // so they are held and read once).
@@ -337,7 +342,7 @@ impl Inner {
                     } else {
                         ctx.max_pieces = 1;
                     }
-                    change.add(level, p, merge(&ctx, Some(base), Vec::new())?);
+                    change.add(level, p, merge(&ctx, Some(&base), Vec::new())?);
                 }
             }
         }
@@ -360,6 +365,11 @@ impl Inner {
             change.stats.add(&stats);
         }
         Ok(())
+    }
+
+    /// The current version, for a moment.
+    pub(super) fn current_version(&self) -> Arc<Version> {
+        self.state.lock().current().clone()
     }
 
     /// The input one compaction may hold.
@@ -486,8 +496,8 @@ impl Inner {
             Ok(())
         })();
         let mut st = self.state.lock();
-        // A full disk is not fatal: each step installs nothing or all of
-        // its work (a failed edit decides for itself).
+        // A full disk is not fatal: each edit a step made installed a
+        // whole state (a failed edit decides for itself).
         match &result {
             Err(e) if !e.is_no_space() => self.poison(&mut st, e),
             _ => {}
