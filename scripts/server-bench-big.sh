@@ -11,6 +11,10 @@
 #
 #   scripts/server-bench-big.sh [VALUE_SIZE]   (default 1000; needs
 #   redis-server and redis-benchmark)
+#
+# TPHDB_SERVER_ARGS adds flags to tphdb-server's command line (e.g.
+# --low-priority-compactions); SKIP_REDIS=1 measures tphdb-server alone,
+# to compare its builds or flags run after run.
 set -u
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 value=${1:-1000}
@@ -26,26 +30,29 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 echo "values of $value bytes, $keys keys, $sets SETs"
-redis-server --port 7479 --dir "$work" --appendonly yes --appendfsync everysec --save "" \
-   --maxmemory 64mb --maxmemory-policy noeviction --daemonize no > redis.log 2>&1 &
-sleep 1
-redis-benchmark -p 7479 -t set -n "$sets" -r "$keys" -d "$value" -c 50 -P 16 -q 2>&1 | tail -2
-echo "redis keys: $(redis-cli -p 7479 dbsize)  used_memory: $(redis-cli -p 7479 info memory | grep '^used_memory:' | tr -d '\r')"
-redis-cli -p 7479 shutdown nosave >/dev/null 2>&1
-sleep 1
-mkdir "$work/redis-small"
-redis-server --port 7481 --dir "$work/redis-small" --appendonly yes --appendfsync everysec --save "" \
-   --maxmemory 64mb --maxmemory-policy noeviction --daemonize no > redis-small.log 2>&1 &
-sleep 1
-echo "redis, $small keys:"
-redis-benchmark -p 7481 -t set -n $((small * 10)) -r "$small" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
-echo "redis keys: $(redis-cli -p 7481 dbsize)"
-redis-benchmark -p 7481 -t get -n 2000000 -r "$small" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
-redis-benchmark -p 7481 -t get -n 200000 -r "$small" -d "$value" -c 50 --csv 2>&1 | tail -1
-redis-cli -p 7481 shutdown nosave >/dev/null 2>&1
-sleep 1
+if [ "${SKIP_REDIS:-0}" != 1 ]; then
+  redis-server --port 7479 --dir "$work" --appendonly yes --appendfsync everysec --save "" \
+     --maxmemory 64mb --maxmemory-policy noeviction --daemonize no > redis.log 2>&1 &
+  sleep 1
+  redis-benchmark -p 7479 -t set -n "$sets" -r "$keys" -d "$value" -c 50 -P 16 -q 2>&1 | tail -2
+  echo "redis keys: $(redis-cli -p 7479 dbsize)  used_memory: $(redis-cli -p 7479 info memory | grep '^used_memory:' | tr -d '\r')"
+  redis-cli -p 7479 shutdown nosave >/dev/null 2>&1
+  sleep 1
+  mkdir "$work/redis-small"
+  redis-server --port 7481 --dir "$work/redis-small" --appendonly yes --appendfsync everysec --save "" \
+     --maxmemory 64mb --maxmemory-policy noeviction --daemonize no > redis-small.log 2>&1 &
+  sleep 1
+  echo "redis, $small keys:"
+  redis-benchmark -p 7481 -t set -n $((small * 10)) -r "$small" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
+  echo "redis keys: $(redis-cli -p 7481 dbsize)"
+  redis-benchmark -p 7481 -t get -n 2000000 -r "$small" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
+  redis-benchmark -p 7481 -t get -n 200000 -r "$small" -d "$value" -c 50 --csv 2>&1 | tail -1
+  redis-cli -p 7481 shutdown nosave >/dev/null 2>&1
+  sleep 1
+fi
 echo "tphdb-server, $keys keys:"
-"$repo/target/release/tphdb-server" --dir "$work/tphdb" --port 7480 --appendfsync everysec --memory-mb 64 > tphdb.log 2>&1 &
+"$repo/target/release/tphdb-server" --dir "$work/tphdb" --port 7480 --appendfsync everysec --memory-mb 64 \
+   ${TPHDB_SERVER_ARGS:-} > tphdb.log 2>&1 &
 pid=$!
 sleep 1
 redis-benchmark -p 7480 -t set -n "$sets" -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1

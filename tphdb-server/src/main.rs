@@ -51,6 +51,10 @@ struct Args {
     /// cache; the index is apart). Default: tphdb's own defaults.
     #[arg(long)]
     memory_mb: Option<usize>,
+    /// Run compactions at the lowest CPU priority (nice 19), so that
+    /// requests take the CPU first.
+    #[arg(long)]
+    low_priority_compactions: bool,
 }
 
 /// jemalloc: its background thread returns freed pages after a second
@@ -64,6 +68,7 @@ fn main() {
     let a = Args::parse();
     let db_options = tphdb::Options {
         memory_budget_bytes: a.memory_mb.map(|m| m << 20),
+        low_priority_compactions: a.low_priority_compactions,
         ..tphdb::Options::default()
     };
     let cfg = Config {

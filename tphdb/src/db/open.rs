@@ -348,15 +348,18 @@ struct ThreadPools {
 
 impl ThreadPools {
     fn start(opts: &Options) -> Result<ThreadPools> {
-        let pool = |threads: usize, name: &'static str| {
-            rayon::ThreadPoolBuilder::new()
+        let pool_of = |threads: usize, name: &'static str, low_priority: bool| {
+            let mut builder = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
-                .thread_name(move |i| format!("tphdb-{name}-{i}"))
-                .build()
-                .map_err(|e| {
-                    Error::io(format!("starting {name} threads"), std::io::Error::other(e))
-                })
+                .thread_name(move |i| format!("tphdb-{name}-{i}"));
+            if low_priority {
+                builder = builder.start_handler(|_| lower_this_threads_priority());
+            }
+            builder.build().map_err(|e| {
+                Error::io(format!("starting {name} threads"), std::io::Error::other(e))
+            })
         };
+        let pool = |threads: usize, name: &'static str| pool_of(threads, name, false);
         // Scans read in parallel only where reads block on the device (with
         // mmap, pages are mostly in memory).
         let io = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
@@ -365,10 +368,22 @@ impl ThreadPools {
             Some(Arc::new(pool(opts.scan_io_threads, "io")?))
         };
         Ok(ThreadPools {
-            compaction: pool(opts.background_threads, "bg")?,
+            compaction: pool_of(opts.background_threads, "bg", opts.low_priority_compactions)?,
             flush: pool(1, "flush")?,
             io,
         })
+    }
+}
+
+/// Gives the calling thread the lowest CPU priority. Linux keeps a nice
+/// value per thread, so this leaves the process's other threads as they
+/// are. Best effort: a failure leaves the priority as it was.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread, no memory passed.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 

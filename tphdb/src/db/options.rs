@@ -173,6 +173,14 @@ pub struct Options {
     /// Threads for compactions, a fixed pool (2; at least 1); flushes have
     /// a thread of their own besides.
     pub background_threads: usize,
+    /// Run the compaction threads at the lowest CPU priority (nice 19, as
+    /// RocksDB's `LowerThreadPoolCPUPriority` with `CpuPriority::kLow`;
+    /// false). Reads and writes then take the CPU first, and compactions
+    /// the rest: for a server whose requests and compactions share few
+    /// cores. Writers still slow down and stop when compactions fall
+    /// behind. Flushes keep the caller's priority. Linux only; elsewhere
+    /// it does nothing.
+    pub low_priority_compactions: bool,
     /// Threads iterators use to read blocks and seek pieces in parallel
     /// with the `Pread` and `Direct` read modes (16: reads block, so more
     /// threads than cores keep more reads in flight). Unused with `Mmap`;
@@ -256,6 +264,7 @@ impl Default for Options {
             bottom_field_bits: 0,
             compaction_memory_bytes: 128 << 20,
             background_threads: 2,
+            low_priority_compactions: false,
             scan_io_threads: 16,
             page_size_bytes: 4096,
             align_blocks: false,
@@ -301,6 +310,7 @@ impl fmt::Debug for Options {
             .field("bottom_field_bits", &self.bottom_field_bits)
             .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
+            .field("low_priority_compactions", &self.low_priority_compactions)
             .field("scan_io_threads", &self.scan_io_threads)
             .field("page_size_bytes", &self.page_size_bytes)
             .field("align_blocks", &self.align_blocks)
