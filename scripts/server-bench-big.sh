@@ -57,7 +57,7 @@ pid=$!
 sleep 1
 redis-benchmark -p 7480 -t set -n "$sets" -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
 echo "tphdb keys: $(redis-cli -p 7480 dbsize)  VmHWM/VmRSS: $(grep -E 'VmHWM|RssAnon|RssFile' /proc/$pid/status | tr -s ' ' | tr '\n' ' ')"
-echo "tphdb after the SETs: $(redis-cli -p 7480 info tphdb | tr -d '\r' | grep -E '^(write_amplification|wal_amplification|flushes|compactions|stall_micros):' | tr '\n' ' ')"
+echo "tphdb after the SETs: $(redis-cli -p 7480 info tphdb | tr -d '\r' | grep -E '^(write_amplification|wal_amplification|flushes|compactions|stall_micros|bytes_written_by_cause|compaction_bytes_read_by_cause|level[0-9]+):' | tr '\n' ' ')"
 echo "GETs while the load's flushes and merges still run:"
 redis-benchmark -p 7480 -t get -n 2000000 -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
 # Then as a read benchmark after a load is usually run (db_bench's

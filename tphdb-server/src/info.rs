@@ -103,6 +103,16 @@ pub(crate) fn info(shared: &Shared, section: Option<String>) -> String {
                 l.level, l.tphs, l.pieces, l.live_entries, l.index_bytes
             );
         }
+        // What the write amplification is made of, as `tphdb stats` gives it.
+        let w = &stats.writes_by_cause;
+        let r = &stats.compaction_reads;
+        let _ = write!(
+            t,
+            "bytes_written_by_cause:wal={},flush={},l0_merge={},push_down={},gc_fold={},index={},manifest={}\r\n\
+             compaction_bytes_read_by_cause:l0_merge={},push_down={},gc_fold={},key_hashes={}\r\n",
+            w.wal, w.flush, w.l0_merge, w.push_down, w.gc_fold, w.index, w.manifest,
+            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes,
+        );
     }
     t
 }

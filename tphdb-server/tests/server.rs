@@ -177,6 +177,8 @@ fn strings_commands_answer_as_redis_does() {
         "write_amplification:",
         "running_jobs:",
         "compaction_pending:",
+        "bytes_written_by_cause:wal=",
+        "compaction_bytes_read_by_cause:l0_merge=",
     ] {
         assert!(tphdb.contains(field), "no {field} in {tphdb}");
     }
