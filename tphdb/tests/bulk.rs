@@ -181,7 +181,8 @@ fn a_checkpoint_taken_under_writes_holds_every_acknowledged_write() {
         }
         copy.put(b"the copy", b"is writable").unwrap();
         copy.close().unwrap();
-        assert!(DB::verify(&small(), &to).unwrap().is_ok());
+        let report = DB::verify(&small(), &to).unwrap();
+        assert!(report.is_ok(), "{report:?}");
     }
     assert_eq!(db.get(b"the copy").unwrap(), None);
     // The target must be new.

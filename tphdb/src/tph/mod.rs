@@ -409,8 +409,11 @@ impl Tph {
 
     /// Checks the global index against the pieces: it routes every live
     /// entry to its own piece and every dead one to a newer version of its
-    /// key, the live counts match, and (above level 0) every key belongs
-    /// to the TPH's partition. Returns `(live, dead)` entry counts.
+    /// key, or to another copy of the same write (the same sequence number:
+    /// a job cut short after installing part of its work merges its
+    /// entries again), the live counts match, and (above level 0) every
+    /// key belongs to the TPH's partition. Returns `(live, dead)` entry
+    /// counts.
     pub(crate) fn verify(&self, partitions: u64) -> Result<(u64, u64)> {
         let name = self.head.name();
         let (mut live, mut dead) = (0u64, 0u64);
@@ -431,7 +434,7 @@ impl Tph {
                     Some(j) if j == i => piece_live += 1,
                     Some(j) => {
                         let newer = self.pieces[j].get_hashed(&e.key, h)?;
-                        if newer.as_ref().is_none_or(|n| n.seq <= e.seq) {
+                        if newer.as_ref().is_none_or(|n| n.seq < e.seq) {
                             return Err(Error::corruption(
                                 format!("global index entry of a key in {}", p.name()),
                                 format!("a newer version in {}", self.pieces[j].name()),
