@@ -20,16 +20,27 @@ pub(crate) struct PieceLife {
 /// Which pieces (oldest first) a merge folds into the piece it writes: any
 /// whose live fraction is below `min_live_ratio` (space reclamation), and
 /// then enough of the cheapest to rewrite (fewest live bytes, then oldest)
-/// that the TPH keeps at most `max_pieces`, the new piece included. Folding
-/// anything makes a new piece even without a delta (`adds_piece`). Dead
-/// pieces are never victims: they simply go. Pinned pieces are folded only
-/// if the TPH would otherwise pass [`MAX_PIECES`]: until their push-down
-/// ends, the TPH may keep more than `max_pieces`.
+/// that the TPH keeps at most `max_pieces`, the new piece included; with
+/// `tiers` (the delta's bytes), also every next cheapest piece no larger
+/// than the piece the folded ones make with the delta so far. Folding anything makes a new
+/// piece even without a delta (`adds_piece`). Dead pieces are never
+/// victims: they simply go. Pinned pieces are folded only if the TPH would
+/// otherwise pass [`MAX_PIECES`]: until their push-down ends, the TPH may
+/// keep more than `max_pieces`.
+///
+/// The pieces of like size folded together keep the TPH's pieces in size
+/// tiers, as a binary counter keeps its bits: folding only the one
+/// cheapest piece at the limit made that piece grow by a delta at every
+/// merge, so that a TPH taking merge after merge (the bottom, or a level 1
+/// that holds a small-memory server's whole data below its push-down
+/// threshold) rewrote ever more per delta. A TPH due for its push-down
+/// passes no `tiers`: the push-down carries every entry down anyway.
 pub(crate) fn pick_victims(
     pieces: &[PieceLife],
     max_pieces: usize,
     min_live_ratio: f64,
     adds_piece: bool,
+    tiers: Option<u64>,
 ) -> Vec<bool> {
     let mut victim = vec![false; pieces.len()];
     let live: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].live > 0).collect();
@@ -46,11 +57,23 @@ pub(crate) fn pick_victims(
     cheapest.sort_by_key(|&i| (pieces[i].live_bytes, i));
     let (unpinned, pinned): (Vec<usize>, Vec<usize>) =
         cheapest.into_iter().partition(|&i| !pieces[i].pinned);
-    fold(
-        &mut victim,
-        &unpinned,
-        (kept + new_piece as usize).saturating_sub(max),
-    );
+    let excess = (kept + new_piece as usize).saturating_sub(max);
+    fold(&mut victim, &unpinned, excess);
+    if let Some(delta_bytes) = tiers.filter(|_| excess > 0) {
+        let mut building = delta_bytes
+            + (0..pieces.len())
+                .filter(|&i| victim[i])
+                .map(|i| pieces[i].live_bytes)
+                .sum::<u64>();
+        let rest: Vec<usize> = unpinned.iter().copied().filter(|&i| !victim[i]).collect();
+        for i in rest {
+            if pieces[i].live_bytes > building {
+                break;
+            }
+            victim[i] = true;
+            building += pieces[i].live_bytes;
+        }
+    }
     let kept = live.iter().filter(|&&i| !victim[i]).count();
     let new_piece = adds_piece || victim.iter().any(|&v| v);
     fold(
@@ -200,24 +223,72 @@ mod tests {
             life(10, 10, 100),
         ];
         assert_eq!(
-            pick_victims(&pieces, 4, 0.3, true),
+            pick_victims(&pieces, 4, 0.3, true, Some(0)),
+            [false, true, false, true],
+            "the cheapest, and the other of its size"
+        );
+        // Without tiers (due for a push-down), only the cheapest;
+        // ties go to the oldest.
+        assert_eq!(
+            pick_victims(&pieces, 4, 0.3, true, None),
             [false, true, false, false]
         );
-        // Ties go to the oldest; room for all: nothing folds.
-        assert_eq!(pick_victims(&pieces, 5, 0.3, true), [false; 4]);
+        // Room for all: nothing folds.
+        assert_eq!(pick_victims(&pieces, 5, 0.3, true, Some(0)), [false; 4]);
+        // Three to make room: they build a piece as large as the last.
+        assert_eq!(pick_victims(&pieces, 2, 0.3, true, Some(0)), [true; 4]);
+        // A piece past what the folded ones and the delta make stays.
+        let tiers = [life(10, 10, 800), life(10, 10, 100), life(10, 10, 300)];
         assert_eq!(
-            pick_victims(&pieces, 2, 0.3, true),
-            [false, true, true, true]
+            pick_victims(&tiers, 3, 0.3, true, Some(50)),
+            [false, true, false]
         );
+        assert_eq!(
+            pick_victims(&tiers, 3, 0.3, true, Some(200)),
+            [false, true, true]
+        );
+    }
+
+    /// Regression: at `max_pieces`, each merge folded only the cheapest
+    /// piece with its delta, so that piece grew by a delta every merge and
+    /// a TPH taking merge after merge rewrote ever more per delta (at 16
+    /// pieces, 7.8 bytes per delta byte over 234 merges of equal deltas).
+    /// Pieces of like size now fold together.
+    #[test]
+    fn a_tph_taking_many_merges_folds_in_size_tiers() {
+        let (merges, delta) = (234u64, 1000u64);
+        let mut sizes: Vec<u64> = Vec::new();
+        let mut written = 0u64;
+        for _ in 0..merges {
+            let pieces: Vec<PieceLife> = sizes.iter().map(|&b| life(b, b, b)).collect();
+            let victim = pick_victims(&pieces, 16, 0.3, true, Some(delta));
+            let folded: u64 = (0..sizes.len())
+                .filter(|&i| victim[i])
+                .map(|i| sizes[i])
+                .sum();
+            let mut kept: Vec<u64> = (0..sizes.len())
+                .filter(|&i| !victim[i])
+                .map(|i| sizes[i])
+                .collect();
+            kept.push(delta + folded);
+            written += delta + folded;
+            sizes = kept;
+            assert!(sizes.len() <= 16);
+        }
+        let per_delta = written as f64 / (merges * delta) as f64;
+        assert!(per_delta < 3.0, "{per_delta} bytes written per delta byte");
     }
 
     #[test]
     fn mostly_dead_pieces_fold_and_dead_ones_just_go() {
         let pieces = [life(2, 10, 20), life(0, 10, 0), life(9, 10, 90)];
         // The first is 20% live: folded even with room, making a new piece.
-        assert_eq!(pick_victims(&pieces, 16, 0.3, false), [true, false, false]);
-        assert_eq!(pick_victims(&pieces, 16, 0.1, false), [false; 3]);
+        assert_eq!(
+            pick_victims(&pieces, 16, 0.3, false, None),
+            [true, false, false]
+        );
+        assert_eq!(pick_victims(&pieces, 16, 0.1, false, None), [false; 3]);
         // At max_pieces without a delta, one still folds to make room.
-        assert_eq!(pick_victims(&pieces[2..], 1, 0.1, false), [true]);
+        assert_eq!(pick_victims(&pieces[2..], 1, 0.1, false, None), [true]);
     }
 }
