@@ -121,9 +121,11 @@ pub struct Options {
     /// indexes (1.1, as the paper; 1.0 to 16.0, and 1.0 is a minimal
     /// perfect hash).
     pub phf_table_factor: f64,
-    /// Keys per perfect-hash segment (65536; 1 to 2^26): segments are built
-    /// in parallel (paper §4.1.3), and small ones stay in the CPU cache
-    /// while built.
+    /// Keys per perfect-hash segment (4096; 1 to 2^26): segments are built
+    /// in parallel (paper §4.1.3), small ones stay in the CPU cache while
+    /// built, and a segment is the grain at which a range of hashes (a
+    /// compaction pass's partitions) finds its entries in a range of a
+    /// piece's blocks.
     pub phf_segment_keys: usize,
     /// Signature bits per global-index slot of TPHs above the deepest
     /// level (10; 1..=32). A key a TPH does not hold costs a read with
@@ -258,7 +260,7 @@ impl Default for Options {
             compression: Compression::None,
             phf_kind: PhfKind::CpHash,
             phf_table_factor: 1.1,
-            phf_segment_keys: 1 << 16,
+            phf_segment_keys: 1 << 12,
             signature_bits: 10,
             bottom_signature_bits: 8,
             bottom_field_bits: 0,

@@ -77,11 +77,17 @@ pub struct PhfConfig {
     /// Average keys per bucket (`λ`, 1.0 to 6.0); larger is smaller and
     /// slower to build. `None` picks a value suited to `table_factor`.
     pub keys_per_bucket: Option<f64>,
-    /// Target keys per segment; segments are built independently, in
+    /// Target keys per segment (4096); segments are built independently, in
     /// parallel, and sized to stay in the CPU cache while being searched.
+    /// With `ordered_segments` they are also the grain at which a range of
+    /// hashes finds its slots together.
     pub segment_keys: usize,
     /// Seed of the construction; builds are deterministic given the seed.
     pub seed: u64,
+    /// CPHash: segments by the hash's own high bits (format version 2), so
+    /// that slots follow the hash order a segment at a time (true). False
+    /// builds version 1, which chose them by the mixed hash.
+    pub ordered_segments: bool,
 }
 
 impl Default for PhfConfig {
@@ -89,8 +95,9 @@ impl Default for PhfConfig {
         PhfConfig {
             table_factor: 1.1,
             keys_per_bucket: None,
-            segment_keys: 1 << 16,
+            segment_keys: 1 << 12,
             seed: 0x7470_6864_6221_0001,
+            ordered_segments: true,
         }
     }
 }

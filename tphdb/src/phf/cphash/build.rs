@@ -73,7 +73,7 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
     let lambda = config
         .keys_per_bucket
         .unwrap_or_else(|| default_keys_per_bucket(config.table_factor));
-    let (mixed, starts) = partition(hashes, config.seed, segments);
+    let (mixed, starts) = partition(hashes, config, segments);
 
     let outs: Vec<Result<SegmentOut>> = (0..segments as usize)
         .into_par_iter()
@@ -229,9 +229,12 @@ fn remap_overflow(taken: &[u64], slots: u32, internal: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Mixes every hash under `seed` and groups them by segment (the high bits),
-/// in parallel. Returns the mixed hashes and each segment's start.
-fn partition(hashes: &[u64], seed: u64, segments: u64) -> (Vec<u64>, Vec<usize>) {
+/// Mixes every hash under the seed and groups them by segment (the high
+/// bits of the hash, or of the mixed hash unless `ordered_segments`), in
+/// parallel. Returns the mixed hashes and each segment's start.
+fn partition(hashes: &[u64], config: &PhfConfig, segments: u64) -> (Vec<u64>, Vec<usize>) {
+    let (seed, ordered) = (config.seed, config.ordered_segments);
+    let segment = |h: u64, hx: u64| mul_high(if ordered { h } else { hx }, segments) as usize;
     let m = segments as usize;
     let chunk = hashes
         .len()
@@ -242,7 +245,7 @@ fn partition(hashes: &[u64], seed: u64, segments: u64) -> (Vec<u64>, Vec<usize>)
         .map(|c| {
             let mut counts = vec![0usize; m];
             for &h in c {
-                counts[mul_high(mix64(h, seed), segments) as usize] += 1;
+                counts[segment(h, mix64(h, seed))] += 1;
             }
             counts
         })
@@ -268,7 +271,7 @@ fn partition(hashes: &[u64], seed: u64, segments: u64) -> (Vec<u64>, Vec<usize>)
             let out_ptr = &out_ptr;
             for &h in c {
                 let hx = mix64(h, seed);
-                let j = mul_high(hx, segments) as usize;
+                let j = segment(h, hx);
                 // SAFETY: the offsets of different chunks and segments are
                 // disjoint ranges of `out`, and each stays within its range
                 // because it advances once per key counted for it above.

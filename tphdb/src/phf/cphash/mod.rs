@@ -1,9 +1,13 @@
 //! CPHash: the CompassDB paper's perfect hash (§3.1, §4.1).
 //!
-//! * Keys (64-bit hashes) are re-mixed under a seed and split into segments
-//!   by their high bits (§4.1.3). Each segment owns its own range of buckets
-//!   and of slots, is built independently and in parallel, and is sized so
-//!   that its search stays in the CPU cache.
+//! * Keys (64-bit hashes) are split into segments by their high bits
+//!   (§4.1.3) and re-mixed under a seed. Each segment owns its own range of
+//!   buckets and of slots, is built independently and in parallel, and is
+//!   sized so that its search stays in the CPU cache. As the segments follow
+//!   the hash order, so do the slots, a segment at a time: the entries of a
+//!   range of hashes (a level's partition, a fold's pass) lie in a range of
+//!   slots, so in a range of the piece's blocks. Format version 1 chose the
+//!   segment from the mixed hash; its functions are still read.
 //! * Within a segment, PTHash's skewed mapping sends 60% of the keys to 30%
 //!   of the buckets (equation 2). Buckets are placed largest first.
 //! * Each bucket stores one byte: the index of its displacement in a
@@ -30,7 +34,9 @@ use crate::util::reduce::{mix64, mul_high, mul_high_rem, FastMod, MIX};
 use bytes::Bytes;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
-const VERSION: u16 = 1;
+/// Version 2 chooses segments by the unmixed hash; version 1 (still read)
+/// by the mixed one.
+const VERSION: u16 = 2;
 const HEADER_BYTES: usize = 56;
 const SEGMENT_RECORD_BYTES: usize = 16;
 
@@ -122,6 +128,8 @@ pub struct CpHash {
     n: u64,
     table_size: u64,
     seed: u64,
+    /// Segments in hash order (version 2), not in mixed-hash order.
+    ordered: bool,
     records: Vec<SegmentRecord>,
     segments: Vec<Segment>,
     /// One byte per bucket, used in place from the loaded buffer.
@@ -137,6 +145,7 @@ impl CpHash {
     fn from_parts(
         n: u64,
         seed: u64,
+        ordered: bool,
         records: Vec<SegmentRecord>,
         pilots: Bytes,
         remap: Bytes,
@@ -200,6 +209,7 @@ impl CpHash {
             n,
             table_size: slot_start,
             seed,
+            ordered,
             records,
             segments,
             pilots,
@@ -242,6 +252,7 @@ impl CpHash {
         let phf = CpHash::from_parts(
             out.n,
             config.seed,
+            config.ordered_segments,
             out.records,
             Bytes::from(out.pilots),
             Bytes::from(out.remap),
@@ -265,7 +276,13 @@ impl PerfectHash for CpHash {
             return 0;
         }
         let hx = mix64(hash, self.seed);
-        let (j, rem) = mul_high_rem(hx, self.segments.len() as u64);
+        let segments = self.segments.len() as u64;
+        let (j, rem) = mul_high_rem(hx, segments);
+        let j = if self.ordered {
+            mul_high(hash, segments)
+        } else {
+            j
+        };
         let seg = &self.segments[j as usize];
         let bucket = seg.bucket_start + seg.shape.bucket(rem);
         let pilot = self.pilots[bucket as usize];
@@ -290,7 +307,7 @@ impl PerfectHash for CpHash {
         let start = out.len();
         out.reserve(self.encoded_len());
         out.put_u32(MAGIC);
-        out.put_u16(VERSION);
+        out.put_u16(if self.ordered { VERSION } else { 1 });
         out.put_u16(0);
         out.put_u64(self.n);
         out.put_u64(self.table_size);
@@ -328,8 +345,12 @@ fn decode(bytes: Bytes) -> Result<CpHash> {
     let mut d = Decoder::new(&bytes[..body_len], "cphash");
     d.magic_u32(MAGIC)?;
     let version = d.u16()?;
-    if version != VERSION {
-        return Err(Error::corruption("format version", VERSION, version));
+    if !(1..=VERSION).contains(&version) {
+        return Err(Error::corruption(
+            "format version",
+            format!("1 to {VERSION}"),
+            version,
+        ));
     }
     let _flags = d.u16()?;
     let n = d.u64()?;
@@ -372,7 +393,7 @@ fn decode(bytes: Bytes) -> Result<CpHash> {
     }
     let pilots = bytes.slice(pilots_start..pilots_start + bucket_count as usize);
     let remap = bytes.slice(pilots_start + bucket_count as usize..body_len);
-    let phf = CpHash::from_parts(n, seed, records, pilots, remap)?;
+    let phf = CpHash::from_parts(n, seed, version >= 2, records, pilots, remap)?;
     if phf.table_size != table_size {
         return Err(Error::corruption(
             "table size",

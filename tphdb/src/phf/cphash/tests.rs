@@ -342,3 +342,62 @@ fn old_text_bucket(buckets: u32, rem: u64) -> u64 {
     let t = (6u128 << 64) / 10;
     (rem as u128 * dense / t) as u64
 }
+
+/// Format version 2: the segments follow the hash order, so a range of
+/// hashes (a level's partition, a fold's pass) lies in a range of slots,
+/// a segment at a time, and reads only that range of a piece's blocks.
+#[test]
+fn slots_follow_the_hash_order_a_segment_at_a_time() {
+    let mut hashes = random_hashes(100_000, 7);
+    hashes.sort_unstable();
+    let cfg = PhfConfig {
+        segment_keys: 1000,
+        ..PhfConfig::default()
+    };
+    let phf = CpHash::build(&hashes, &cfg).unwrap().phf;
+    assert_perfect(&phf, &hashes);
+    let slots: Vec<usize> = hashes.iter().map(|&h| phf.slot(h)).collect();
+    // Of the hashes in the first eighth, the slots all precede the rest's
+    // but for the one segment that straddles the boundary.
+    let eighth = hashes.partition_point(|&h| h < u64::MAX / 8);
+    let straddling = slots[eighth..]
+        .iter()
+        .filter(|&&s| s < *slots[..eighth].iter().max().unwrap())
+        .count();
+    assert!(straddling <= 1100, "{straddling} slots out of order");
+    // Version 1 (segments by the mixed hash) scatters them over the table.
+    let v1 = CpHash::build(
+        &hashes,
+        &PhfConfig {
+            ordered_segments: false,
+            ..cfg
+        },
+    )
+    .unwrap()
+    .phf;
+    let max_first = (0..eighth).map(|i| v1.slot(hashes[i])).max().unwrap();
+    assert!(max_first > v1.table_size() * 9 / 10);
+}
+
+/// Pieces written before version 2 keep their version-1 functions, which
+/// must still be read (and are told apart by the version field alone).
+#[test]
+fn a_version_1_function_is_read_as_built() {
+    let hashes = random_hashes(20_000, 8);
+    for ordered in [false, true] {
+        let cfg = PhfConfig {
+            segment_keys: 4096,
+            ordered_segments: ordered,
+            ..PhfConfig::default()
+        };
+        let phf = CpHash::build(&hashes, &cfg).unwrap().phf;
+        let mut bytes = Vec::new();
+        phf.encode(&mut bytes);
+        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 1 + ordered as u16);
+        let loaded = CpHash::decode(Bytes::from(bytes)).unwrap();
+        assert_perfect(&loaded, &hashes);
+        for &h in &hashes {
+            assert_eq!(loaded.slot(h), phf.slot(h));
+        }
+    }
+}
