@@ -203,14 +203,16 @@ impl Running {
 ///
 /// A push-down out of level 1 starts only while no level-0 compaction
 /// (which merges into all of level 1) runs, though the compaction may start
-/// while it runs, so they take turns starting: while level 0 is due but below
-/// `l0_slowdown_trigger`, up to `background_threads` push-downs of level-1
-/// TPHs past their target go before each level-0 compaction. Giving level
-/// 0 every turn it was due starved the push-downs during a fill: level-1
-/// TPHs grew to 2.5 times their target and were then pushed all at once,
-/// which held level 1 long enough to stop writes, and made every level-0
-/// compaction rebuild larger indexes. Among push-downs, the TPH furthest
-/// past its target goes first.
+/// while it runs, so they take turns starting: while level 0 is due, up to
+/// `background_threads` push-downs of level-1 TPHs past their target go
+/// before each level-0 compaction, and one from `l0_slowdown_trigger` on.
+/// Giving level 0 every turn it was due starved the push-downs during a
+/// fill: level-1 TPHs grew to 2.5 times their target and were then pushed
+/// all at once, which held level 1 long enough to stop writes, and made
+/// every level-0 compaction rebuild larger indexes; under a small memory
+/// budget, where level 0 stays past the slowdown trigger for a whole load,
+/// level 1 was never pushed down at all. Among push-downs, the TPH
+/// furthest past its target goes first.
 pub(crate) fn pick(
     shape: &Shape,
     frozen_memtables: usize,
@@ -228,8 +230,12 @@ pub(crate) fn pick(
         return None;
     }
     let l0_waiting = shape.l0.len() >= policy.l0_compaction_trigger;
-    let level1_turn =
-        running.level1_pushes_since_merge < turns && shape.l0.len() < policy.l0_slowdown_trigger;
+    let level1_turns = if shape.l0.len() < policy.l0_slowdown_trigger {
+        turns
+    } else {
+        1
+    };
+    let level1_turn = running.level1_pushes_since_merge < level1_turns;
     // While level 0 waits, push-downs out of level 1 start only in their
     // turn, also while another holds level 1: otherwise the threads could
     // hand level 1 to each other until every due TPH had gone down.

@@ -168,9 +168,15 @@ fn level0_and_push_downs_out_of_level1_take_turns() {
         pick(&shape(4, &[(0, 150)]), 0, &two, &p),
         Some(Work::L0ToL1(_))
     ));
-    // From the slowdown trigger on, level 0 goes first.
+    // From the slowdown trigger on, one push-down goes before each
+    // level-0 compaction (none went, and a level 0 that stayed past the
+    // trigger for a whole load never let level 1 be pushed down).
+    let backlog = shape(8, &[(0, 150), (1, 120)]);
+    let mut one = Running::default();
+    assert_eq!(pick(&backlog, 0, &one, &p), pushed(0));
+    one.start(&pushed(0).unwrap(), &backlog, &p);
     assert!(matches!(
-        pick(&shape(8, &[(0, 150)]), 0, &Running::default(), &p),
+        pick(&shape(8, &[(1, 120)]), 0, &one, &p),
         Some(Work::L0ToL1(_))
     ));
     // Without level 0 due, push-downs run whatever the count.
@@ -498,11 +504,14 @@ fn push_downs_below_level1_leave_a_thread_to_the_levels_above() {
     let mut flushing = running.clone();
     flushing.start(&Work::Flush, &s, &p);
     assert_eq!(pick(&calm, 1, &flushing, &p), None);
-    // The other thread goes to level 0, once it must go first.
+    // The other thread goes to level 0 past the slowdown trigger, once
+    // level 1 has had its one turn.
     let mut with_l0 = s.clone();
     with_l0.l0 = shape(8, &[]).l0;
+    let mut level1_had_its_turn = running.clone();
+    level1_had_its_turn.level1_pushes_since_merge = 1;
     assert!(matches!(
-        pick(&with_l0, 0, &running, &p),
+        pick(&with_l0, 0, &level1_had_its_turn, &p),
         Some(Work::L0ToL1(_))
     ));
     // With three threads, two may go below level 1.

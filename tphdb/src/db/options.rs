@@ -53,7 +53,9 @@ pub struct Options {
     /// (`2 + max_immutable_memtables` write buffers, each at least 64 KiB:
     /// the active one, the frozen ones, and one for memtables pinned past
     /// their flush), a quarter for the running compactions and a quarter for
-    /// the block cache. Outside it, and reported apart in
+    /// the block cache. `tph_target_bytes` then keeps at most the defaults'
+    /// ratio to a write buffer (4), so that level 1 stays in proportion to
+    /// what each level-0 compaction brings it. Outside it, and reported apart in
     /// [`crate::DBStats`]: the in-memory index (about 2 bytes a key),
     /// iterators' read-ahead (at most 256 KiB each) and the page cache.
     pub memory_budget_bytes: Option<usize>,
@@ -326,6 +328,14 @@ impl fmt::Debug for Options {
     }
 }
 
+/// Under a memory budget, `tph_target_bytes` is at most this many write
+/// buffers, the ratio of the defaults (256 MiB for 64 MiB). Every level-0
+/// compaction rebuilds the global indexes of level 1 over all its keys, so
+/// level 1's size over a compaction's input sets what each written byte
+/// costs there: at 64 MiB, with 8 MiB write buffers, level 1 could hold 2
+/// GiB (256 write buffers) and a server load of 0.66 GB stayed in it whole.
+const TPH_TARGET_PER_WRITE_BUFFER: u64 = 4;
+
 impl Options {
     /// Shares `memory_budget_bytes`, if set, out to the options it
     /// replaces; the database runs with the result.
@@ -337,6 +347,9 @@ impl Options {
             self.pinned_memtable_bytes = self.write_buffer_bytes;
             self.compaction_memory_bytes = (budget / 4).max(1);
             self.block_cache_bytes = budget / 4;
+            self.tph_target_bytes = self
+                .tph_target_bytes
+                .min(TPH_TARGET_PER_WRITE_BUFFER * self.write_buffer_bytes as u64);
         }
     }
 
@@ -455,6 +468,7 @@ mod tests {
         assert_eq!(o.pinned_memtable_bytes, 12 << 20);
         assert_eq!(o.compaction_memory_bytes, 24 << 20);
         assert_eq!(o.block_cache_bytes, 24 << 20);
+        assert_eq!(o.tph_target_bytes, 48 << 20, "four write buffers");
         let total = o.write_buffer_bytes * 3
             + o.pinned_memtable_bytes
             + o.compaction_memory_bytes
@@ -465,5 +479,6 @@ mod tests {
         o.apply_memory_budget();
         assert_eq!(o.write_buffer_bytes, Options::default().write_buffer_bytes);
         assert_eq!(o.block_cache_bytes, Options::default().block_cache_bytes);
+        assert_eq!(o.tph_target_bytes, Options::default().tph_target_bytes);
     }
 }
