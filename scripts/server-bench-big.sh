@@ -70,5 +70,6 @@ echo "GETs after the background work settled (${waited} s later):"
 redis-benchmark -p 7480 -t get -n 2000000 -r "$keys" -d "$value" -c 50 -P 16 --csv 2>&1 | tail -1
 redis-benchmark -p 7480 -t get -n 200000 -r "$keys" -d "$value" -c 50 --csv 2>&1 | tail -1
 echo "after gets VmHWM/VmRSS: $(grep -E 'VmHWM|RssAnon|RssFile' /proc/$pid/status | tr -s ' ' | tr '\n' ' ')"
+echo "tphdb after the GETs: $(redis-cli -p 7480 info tphdb | tr -d '\r' | grep -E '^(reads_per_get|index_bytes_per_key|level[0-9]+):' | tr '\n' ' ')"
 du -sh "$work/tphdb"
 kill -TERM $pid; wait $pid
