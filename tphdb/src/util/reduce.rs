@@ -6,14 +6,6 @@ pub(crate) fn mul_high(x: u64, d: u64) -> u64 {
     ((x as u128 * d as u128) >> 64) as u64
 }
 
-/// Like [`mul_high`], and also returns the low 64 bits of the product: fresh
-/// uniform bits that a second reduction can use.
-#[inline(always)]
-pub(crate) fn mul_high_rem(x: u64, d: u64) -> (u64, u64) {
-    let p = x as u128 * d as u128;
-    ((p >> 64) as u64, p as u64)
-}
-
 /// Lemire's fastmod for a fixed divisor: `reduce(x)` equals `x % d` for
 /// `x < 2^32` and is a well-mixed value in `[0, d)` for larger `x`, which is
 /// all a perfect hash needs. Two multiplications, no division.

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use rayon::prelude::*;
 
 use super::search::{search, Scratch, SearchError, Space};
-use super::{SegmentRecord, Shape, MAX_LOAD};
+use super::{segment_of, SegmentRecord, Shape, MAX_LOAD};
 use crate::error::{Error, Result};
 use crate::phf::{split_repeats, PhfConfig};
-use crate::util::reduce::{mix64, mul_high};
+use crate::util::reduce::mix64;
 
 /// Attempts per segment: the first ones change only the dictionary, later
 /// ones also grow the segment's slots (paper §4.1.1), by 5%, 10%, 20%, ...
@@ -234,7 +234,7 @@ fn remap_overflow(taken: &[u64], slots: u32, internal: u32) -> Vec<u32> {
 /// parallel. Returns the mixed hashes and each segment's start.
 fn partition(hashes: &[u64], config: &PhfConfig, segments: u64) -> (Vec<u64>, Vec<usize>) {
     let (seed, ordered) = (config.seed, config.ordered_segments);
-    let segment = |h: u64, hx: u64| mul_high(if ordered { h } else { hx }, segments) as usize;
+    let segment = |h: u64, hx: u64| segment_of(ordered, h, hx, segments) as usize;
     let m = segments as usize;
     let chunk = hashes
         .len()

@@ -30,7 +30,7 @@ mod search;
 use super::{seal, unseal, Built, PerfectHash, PhfConfig};
 use crate::error::{Error, Result};
 use crate::util::codec::{u32_at, Decoder, PutExt};
-use crate::util::reduce::{mix64, mul_high, mul_high_rem, FastMod, MIX};
+use crate::util::reduce::{mix64, mul_high, FastMod, MIX};
 use bytes::Bytes;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
@@ -47,6 +47,14 @@ const DENSE_BUCKET_FRACTION: f64 = 0.3;
 /// The highest fraction of its search space a segment fills. Above it the
 /// last buckets find no free slots in reasonable time.
 const MAX_LOAD: f64 = 0.99;
+
+/// The segment of a key with hash `h` (mixed: `hx`) among `segments`: by
+/// the high bits of `h` when `ordered` (format version 2), of `hx` in
+/// version 1. Shared by the builder and the query.
+#[inline(always)]
+pub(crate) fn segment_of(ordered: bool, h: u64, hx: u64, segments: u64) -> u64 {
+    mul_high(if ordered { h } else { hx }, segments)
+}
 
 /// How the keys of one segment map to buckets and slots. Shared by the
 /// builder and the query so that both compute exactly the same function.
@@ -277,13 +285,9 @@ impl PerfectHash for CpHash {
         }
         let hx = mix64(hash, self.seed);
         let segments = self.segments.len() as u64;
-        let (j, rem) = mul_high_rem(hx, segments);
-        let j = if self.ordered {
-            mul_high(hash, segments)
-        } else {
-            j
-        };
-        let seg = &self.segments[j as usize];
+        // The bucket's bits: what the segment reduction of `hx` leaves.
+        let rem = hx.wrapping_mul(segments);
+        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
         let bucket = seg.bucket_start + seg.shape.bucket(rem);
         let pilot = self.pilots[bucket as usize];
         let s = seg.shape.slot(hx, seg.shape.displacement(pilot));
