@@ -22,11 +22,11 @@ pub(crate) struct PieceLife {
 /// then enough of the cheapest to rewrite (fewest live bytes, then oldest)
 /// that the TPH keeps at most `max_pieces`, the new piece included; with
 /// `tiers` (the delta's bytes), also every next cheapest piece no larger
-/// than the piece the folded ones make with the delta so far. Folding anything makes a new
-/// piece even without a delta (`adds_piece`). Dead pieces are never
-/// victims: they simply go. Pinned pieces are folded only if the TPH would
-/// otherwise pass [`MAX_PIECES`]: until their push-down ends, the TPH may
-/// keep more than `max_pieces`.
+/// than the piece the folded ones make with the delta so far. Folding
+/// anything makes a new piece even without a delta (`adds_piece`). Dead
+/// pieces are never victims: they simply go. Pinned pieces are folded only
+/// if the TPH would otherwise pass [`MAX_PIECES`]: until their push-down
+/// ends, the TPH may keep more than `max_pieces`.
 ///
 /// The pieces of like size folded together keep the TPH's pieces in size
 /// tiers, as a binary counter keeps its bits: folding only the one
@@ -65,8 +65,10 @@ pub(crate) fn pick_victims(
                 .filter(|&i| victim[i])
                 .map(|i| pieces[i].live_bytes)
                 .sum::<u64>();
-        let rest: Vec<usize> = unpinned.iter().copied().filter(|&i| !victim[i]).collect();
-        for i in rest {
+        for &i in &unpinned {
+            if victim[i] {
+                continue;
+            }
             if pieces[i].live_bytes > building {
                 break;
             }

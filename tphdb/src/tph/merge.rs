@@ -277,10 +277,11 @@ pub(crate) fn merge(
     let victim = match ctx.gc_input_bytes {
         Some(input_bytes) => pick_gc_victims(&lives, ctx.bottom, input_bytes),
         None => {
-            let (max_pieces, due) = max_pieces(ctx, base, &delta);
+            let delta_bytes = encoded_bytes(&delta);
+            let (max_pieces, due) = max_pieces(ctx, base, delta_bytes);
             // A TPH due for its push-down folds only what the piece count
             // needs: the push-down carries every entry down anyway.
-            let tiers = (!due).then(|| encoded_bytes(&delta));
+            let tiers = (!due).then_some(delta_bytes);
             pick_victims(
                 &lives,
                 max_pieces,
@@ -375,8 +376,8 @@ fn encoded_bytes<E: EntryShape>(entries: &[E]) -> u64 {
 /// How many more pieces than `max_pieces` a TPH above the bottom may keep.
 const PUSH_DUE_PIECES_FACTOR: usize = 4;
 
-/// The pieces the merged TPH may keep, and whether it is due for its
-/// push-down. Above the bottom, a TPH's push-down
+/// The pieces the merged TPH may keep after a delta of `delta_bytes`, and
+/// whether it is due for its push-down. Above the bottom, a TPH's push-down
 /// carries every live entry down anyway, so a fold before it writes them
 /// twice:
 /// - Past its threshold, it keeps up to `PUSH_DUE_PIECES_FACTOR` times
@@ -389,12 +390,11 @@ const PUSH_DUE_PIECES_FACTOR: usize = 4;
 ///   TPH an eighth of a memtable, so 16 pieces filled only half of its
 ///   threshold, and folding the rest of the way cost a 16M-key fill 0.29
 ///   bytes per byte.
-fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta: &[DeltaEntry]) -> (usize, bool) {
+fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64) -> (usize, bool) {
     let Some(threshold) = ctx.push_past_bytes else {
         return (ctx.max_pieces, false);
     };
     let base_bytes = base.map_or(0, |b| b.live_data_bytes());
-    let delta_bytes = encoded_bytes(delta);
     let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
     if base_bytes.saturating_add(delta_bytes) > threshold {
         return (most, true);
