@@ -2,6 +2,8 @@
 //! blocks holding entries of its range, and those must be a range of each
 //! input's blocks, not nearly all of them again.
 
+mod common;
+
 use tphdb::{Options, DB};
 
 fn key(i: u32) -> [u8; 4] {
@@ -33,16 +35,7 @@ fn a_level0_compaction_in_passes_reads_its_inputs_about_once() {
         ..Options::default()
     };
     let (tphs, per_tph) = (3u32, 20_000u32);
-    {
-        let db = DB::open(&opts(64), dir.path()).unwrap();
-        for t in 0..tphs {
-            for i in t * per_tph..(t + 1) * per_tph {
-                db.put(key(i), value(i)).unwrap();
-            }
-            db.flush().unwrap();
-        }
-        assert_eq!(db.stats().levels[0].tphs, tphs as u64);
-    }
+    common::write_level0(dir.path(), &opts(64), (tphs, per_tph), key, value);
     let db = DB::open(&opts(1), dir.path()).unwrap();
     let input = db.stats().levels[0].file_bytes;
     db.wait_for_compactions().unwrap();

@@ -6,6 +6,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
+mod common;
+
 use tphdb::{Options, DB};
 
 struct Counting;
@@ -209,16 +211,7 @@ fn a_level0_compaction_in_passes_holds_at_most_the_jobs_input_memory() {
     let key = |i: u32| i.wrapping_mul(0x9E37_79B9).to_be_bytes();
     // Six level-0 TPHs whose merge takes about 5.5 times the job's input.
     let (tphs, per_tph) = (6u32, 1800u32);
-    {
-        let db = DB::open(&opts(64), dir.path()).unwrap();
-        for t in 0..tphs {
-            for i in t * per_tph..(t + 1) * per_tph {
-                db.put(key(i), value(i)).unwrap();
-            }
-            db.flush().unwrap();
-        }
-        assert_eq!(db.stats().levels[0].tphs, tphs as u64);
-    }
+    common::write_level0(dir.path(), &opts(64), (tphs, per_tph), key, value);
     let mut db = None;
     let peak = peak_during(|| {
         let d = DB::open(&opts(1), dir.path()).unwrap();
