@@ -31,10 +31,12 @@ pub(crate) struct PieceLife {
 /// The pieces of like size folded together keep the TPH's pieces in size
 /// tiers, as a binary counter keeps its bits: folding only the one
 /// cheapest piece at the limit made that piece grow by a delta at every
-/// merge, so that a TPH taking merge after merge (the bottom, or a level 1
-/// that holds a small-memory server's whole data below its push-down
-/// threshold) rewrote ever more per delta. A TPH due for its push-down
-/// passes no `tiers`: the push-down carries every entry down anyway.
+/// merge, so that a TPH taking merge after merge (the bottom) rewrote
+/// ever more per delta. A TPH above the bottom passes no `tiers`: its
+/// push-down carries every entry down anyway, and folding its pieces of
+/// like size together made a small-memory server's level-1 TPHs fold 40
+/// pieces at a time, in passes that read them 35 times over, just before
+/// the push-down rewrote them.
 pub(crate) fn pick_victims(
     pieces: &[PieceLife],
     max_pieces: usize,
@@ -229,7 +231,7 @@ mod tests {
             [false, true, false, true],
             "the cheapest, and the other of its size"
         );
-        // Without tiers (due for a push-down), only the cheapest;
+        // Without tiers (above the bottom), only the cheapest;
         // ties go to the oldest.
         assert_eq!(
             pick_victims(&pieces, 4, 0.3, true, None),

@@ -278,10 +278,11 @@ pub(crate) fn merge(
         Some(input_bytes) => pick_gc_victims(&lives, ctx.bottom, input_bytes),
         None => {
             let delta_bytes = encoded_bytes(&delta);
-            let (max_pieces, due) = max_pieces(ctx, base, delta_bytes);
-            // A TPH due for its push-down folds only what the piece count
-            // needs: the push-down carries every entry down anyway.
-            let tiers = (!due).then_some(delta_bytes);
+            let max_pieces = max_pieces(ctx, base, delta_bytes);
+            // Only a TPH that no push-down will carry down keeps its pieces
+            // in size tiers; above the bottom a fold takes only what the
+            // piece count needs, as the push-down rewrites every entry.
+            let tiers = ctx.push_past_bytes.is_none().then_some(delta_bytes);
             pick_victims(
                 &lives,
                 max_pieces,
@@ -376,8 +377,8 @@ fn encoded_bytes<E: EntryShape>(entries: &[E]) -> u64 {
 /// How many more pieces than `max_pieces` a TPH above the bottom may keep.
 const PUSH_DUE_PIECES_FACTOR: usize = 4;
 
-/// The pieces the merged TPH may keep after a delta of `delta_bytes`, and
-/// whether it is due for its push-down. Above the bottom, a TPH's push-down
+/// The pieces the merged TPH may keep after a delta of `delta_bytes`.
+/// Above the bottom, a TPH's push-down
 /// carries every live entry down anyway, so a fold before it writes them
 /// twice:
 /// - Past its threshold, it keeps up to `PUSH_DUE_PIECES_FACTOR` times
@@ -390,20 +391,19 @@ const PUSH_DUE_PIECES_FACTOR: usize = 4;
 ///   TPH an eighth of a memtable, so 16 pieces filled only half of its
 ///   threshold, and folding the rest of the way cost a 16M-key fill 0.29
 ///   bytes per byte.
-fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64) -> (usize, bool) {
+fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64) -> usize {
     let Some(threshold) = ctx.push_past_bytes else {
-        return (ctx.max_pieces, false);
+        return ctx.max_pieces;
     };
     let base_bytes = base.map_or(0, |b| b.live_data_bytes());
     let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
     if base_bytes.saturating_add(delta_bytes) > threshold {
-        return (most, true);
+        return most;
     }
     let to_fill = threshold.div_ceil(delta_bytes.max(1));
-    let max = usize::try_from(to_fill)
+    usize::try_from(to_fill)
         .unwrap_or(usize::MAX)
-        .clamp(ctx.max_pieces.min(most), most);
-    (max, false)
+        .clamp(ctx.max_pieces.min(most), most)
 }
 
 /// At the bottom a tombstone goes once no remaining piece holds its hash:

@@ -391,17 +391,22 @@ fn a_tph_above_the_bottom_puts_off_its_folds_until_its_push_down() {
     assert_eq!(folded[..8], [0; 8], "{folded:?}");
     assert!(folded[8..].iter().all(|&f| f > 0), "{folded:?}");
     // Smaller batches: still no more than 4 x 2 pieces, before or after.
-    // Before it is due, the ninth folds the eight pieces of like size with
-    // it (size tiers).
+    // Before it is due, each merge at the limit folds one piece, as the
+    // count needs. Regression: the ninth folded all eight pieces of like
+    // size (size tiers, as at the bottom), so that a small-memory server's
+    // level-1 TPHs folded 40 pieces at a time, in 34 passes, just before
+    // their push-downs rewrote them.
     let mut h = Harness::new(false, 2);
     h.push_past_bytes = Some(350 * 113);
     let mut counts = Vec::new();
+    let mut folded = Vec::new();
     for round in 0..20 {
-        h.merge(&batch(round, 25));
+        folded.push(h.merge(&batch(round, 25)).pieces_folded);
         counts.push(h.tph.as_ref().unwrap().piece_count());
     }
     assert!(counts.iter().all(|&c| c <= 8), "{counts:?}");
-    assert_eq!(counts[..9], [1, 2, 3, 4, 5, 6, 7, 8, 1], "{counts:?}");
+    assert_eq!(counts[..9], [1, 2, 3, 4, 5, 6, 7, 8, 8], "{counts:?}");
+    assert!(folded[8..].iter().all(|&f| f == 1), "{folded:?}");
     h.check();
     // At the bottom (no threshold), the TPH folds to stay at two pieces.
     let mut h = Harness::new(false, 2);
