@@ -19,7 +19,9 @@ fn value(i: u32) -> Vec<u8> {
 /// values: the perfect hashes' segments followed the mixed hash, so each
 /// partition's entries were spread over every block (27 to a block). With
 /// segments in hash order a pass reads its eighth of each input and the
-/// segments straddling its ends.
+/// segments straddling its ends: 1.92 times with two segments a level-0
+/// TPH, 0.81 since a piece has at least 16 (the passes read only the
+/// blocks that hold one of their entries).
 #[test]
 fn a_level0_compaction_in_passes_reads_its_inputs_about_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,7 +46,7 @@ fn a_level0_compaction_in_passes_reads_its_inputs_about_once() {
     let read = stats.compaction_reads.l0_merge;
     let times = read as f64 / input as f64;
     eprintln!("read {read} bytes of level 0's {input}: {times:.2} times");
-    assert!(times < 2.0, "level 0 read {times:.2} times over");
+    assert!(times < 1.2, "level 0 read {times:.2} times over");
     for i in (0..tphs * per_tph).step_by(97) {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i)));
     }

@@ -127,7 +127,8 @@ pub struct Options {
     /// in parallel (paper §4.1.3), small ones stay in the CPU cache while
     /// built, and a segment is the grain at which a range of hashes (a
     /// compaction pass's partitions) finds its entries in a range of a
-    /// piece's blocks.
+    /// piece's blocks. A piece of fewer than 8 times this many keys has 8
+    /// segments instead (of at least 1,024 keys).
     pub phf_segment_keys: usize,
     /// Signature bits per global-index slot of TPHs above the deepest
     /// level (10; 1..=32). A key a TPH does not hold costs a read with

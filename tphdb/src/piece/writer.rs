@@ -111,7 +111,11 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
 ) -> Result<PieceProperties> {
     check_inputs(entries, hashes, options, extra_sections)?;
     let key_order = sorted_order(entries)?;
-    let phf = Phf::build(options.phf_kind, hashes, &options.phf)?.phf;
+    let phf_config = PhfConfig {
+        segment_keys: segment_keys(&options.phf, hashes.len()),
+        ..options.phf.clone()
+    };
+    let phf = Phf::build(options.phf_kind, hashes, &phf_config)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
     let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
@@ -166,6 +170,25 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     sections.finish(file)?;
     file.sync()?;
     Ok(props)
+}
+
+/// A piece's perfect hash has at least this many segments, while each
+/// keeps at least [`MIN_SEGMENT_KEYS`] keys.
+const MIN_SEGMENTS: usize = 8;
+const MIN_SEGMENT_KEYS: usize = 1024;
+
+/// Keys per perfect-hash segment for a piece of `keys` keys: the
+/// configured count, or fewer so that the piece has [`MIN_SEGMENTS`]. A
+/// compaction pass over a range of hashes (a level-0 merge or a push-down
+/// takes one partition of the level below per pass, eight by default)
+/// reads the piece's blocks of that range and the segment straddling each
+/// end; a piece of two segments of 4,096 keys was read half at each pass,
+/// four times in all. Small segments cost memory (96 bytes each loaded)
+/// and some bits a key, but only in small pieces.
+fn segment_keys(config: &PhfConfig, keys: usize) -> usize {
+    config
+        .segment_keys
+        .min((keys / MIN_SEGMENTS).max(MIN_SEGMENT_KEYS))
 }
 
 /// Refuses inputs a piece cannot hold, before anything is written.
