@@ -20,7 +20,7 @@ fn value(i: u32) -> Vec<u8> {
 /// partition's entries were spread over every block (27 to a block). With
 /// segments in hash order a pass reads its eighth of each input and the
 /// segments straddling its ends: 1.92 times with two segments a level-0
-/// TPH, 0.81 since a piece has at least 16 (the passes read only the
+/// TPH, 0.81 since a piece has at least 8 (the passes read only the
 /// blocks that hold one of their entries).
 #[test]
 fn a_level0_compaction_in_passes_reads_its_inputs_about_once() {

@@ -378,9 +378,8 @@ fn encoded_bytes<E: EntryShape>(entries: &[E]) -> u64 {
 const PUSH_DUE_PIECES_FACTOR: usize = 4;
 
 /// The pieces the merged TPH may keep after a delta of `delta_bytes`.
-/// Above the bottom, a TPH's push-down
-/// carries every live entry down anyway, so a fold before it writes them
-/// twice:
+/// Above the bottom, a TPH's push-down carries every live entry down
+/// anyway, so a fold before it writes them twice:
 /// - Past its threshold, it keeps up to `PUSH_DUE_PIECES_FACTOR` times
 ///   `max_pieces`. Level-0 merges score their push-downs of level 1 against
 ///   level 0's backlog, so a level-1 TPH can stay past its target for
