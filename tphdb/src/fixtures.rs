@@ -142,10 +142,13 @@ fn write_piece_fixture(fs: &dyn FileSystem, path: &Path) -> crate::Result<()> {
             seq: *seq,
         })
         .collect();
-    // The v2 fixture was written with aligned blocks, then the default.
+    // The v2 fixture was written with aligned blocks, then the default;
+    // blocks had no bound on their slots before v6 was written (the
+    // writer's choice, not the format's).
     let opts = PieceOptions {
         page_size: 512,
         align_blocks: true,
+        max_block_slots: usize::MAX,
         ..PieceOptions::default()
     };
     write_piece(fs, path, &refs, &opts)?;

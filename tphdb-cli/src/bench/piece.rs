@@ -10,7 +10,9 @@ use clap::Args;
 use serde_json::json;
 use tphdb::fs::{CountingFs, PosixFs, ReadMode};
 use tphdb::phf::PhfKind;
-use tphdb::piece::{write_piece, Compression, EntryRef, PieceOptions, PieceReader};
+use tphdb::piece::{
+    write_piece, Compression, EntryRef, PieceOptions, PieceReader, DEFAULT_MAX_BLOCK_SLOTS,
+};
 
 use super::disk::raw_direct_reads;
 use super::latency::timed;
@@ -43,6 +45,10 @@ pub struct PieceArgs {
     /// Compress blocks with LZ4.
     #[arg(long)]
     lz4: bool,
+    /// Most entries a block holds, comma separated to compare several
+    /// (the database's `max_block_slots`).
+    #[arg(long, default_values_t = [DEFAULT_MAX_BLOCK_SLOTS], value_delimiter = ',')]
+    max_block_slots: Vec<usize>,
     /// Directory for the piece file (default: a temporary directory in the
     /// current directory, so that O_DIRECT reaches a real disk).
     #[arg(long)]
@@ -96,10 +102,19 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
     let limit = Duration::from_secs_f64(a.direct_seconds);
     let fs = CountingFs::new(PosixFs);
 
-    for name in &a.phf {
-        let path = tmp.path().join(format!("{name}.ph"));
+    let runs = a
+        .phf
+        .iter()
+        .flat_map(|name| a.max_block_slots.iter().map(move |&slots| (name, slots)));
+    for (name, max_block_slots) in runs {
+        let label = match a.max_block_slots.len() {
+            1 => name.clone(),
+            _ => format!("{name}@{max_block_slots}"),
+        };
+        let path = tmp.path().join(format!("{label}.ph"));
         let opts = PieceOptions {
             phf_kind: phf_kind(name)?,
+            max_block_slots,
             compression: if a.lz4 {
                 Compression::Lz4
             } else {
@@ -111,7 +126,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
         let mut props = None;
         for round in 0..a.write_rounds.max(1) {
             eprintln!(
-                "piece/{name}: writing ({}/{})",
+                "piece/{label}: writing ({}/{})",
                 round + 1,
                 a.write_rounds.max(1)
             );
@@ -123,7 +138,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
         let file_bytes = std::fs::metadata(&path)?.len();
 
         for mode in [ReadMode::Mmap, ReadMode::Pread, ReadMode::Direct] {
-            eprintln!("piece/{name}: get() via {}", mode.name());
+            eprintln!("piece/{label}: get() via {}", mode.name());
             let r = PieceReader::open_with(&fs, &path, mode, true)?;
             let ops = a.ops.min(entries.len().max(1) * 4);
             let (reads0, bytes0) = fs.counts().read_totals();
@@ -155,7 +170,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
             );
             let per_key = r.index_memory_bytes() as f64 / entries.len().max(1) as f64;
             report.result(
-                &format!("piece/{name}"),
+                &format!("piece/{label}"),
                 vec![
                     ("read_mode", json!(mode.name())),
                     ("index_bytes_per_key", json!(round(per_key, 3))),
@@ -179,9 +194,13 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
             fs.counts().reads.store(0, Relaxed);
         }
     }
-    if let Some(first) = a.phf.first() {
+    if let (Some(first), Some(slots)) = (a.phf.first(), a.max_block_slots.first()) {
         eprintln!("raw: 4 KiB O_DIRECT random reads");
-        let raw = raw_direct_reads(&tmp.path().join(format!("{first}.ph")), a.ops, limit)?;
+        let label = match a.max_block_slots.len() {
+            1 => first.clone(),
+            _ => format!("{first}@{slots}"),
+        };
+        let raw = raw_direct_reads(&tmp.path().join(format!("{label}.ph")), a.ops, limit)?;
         report.result(
             "raw-4k-direct",
             vec![

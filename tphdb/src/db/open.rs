@@ -215,6 +215,7 @@ fn piece_options(opts: &Options) -> PieceOptions {
         phf_kind: opts.phf_kind,
         phf: opts.phf_config(),
         page_size: opts.page_size_bytes,
+        max_block_slots: opts.max_block_slots,
         compression: opts.compression,
         align_blocks: opts.align_blocks,
         ..PieceOptions::default()

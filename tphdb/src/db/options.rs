@@ -193,6 +193,13 @@ pub struct Options {
     pub scan_io_threads: usize,
     /// Block size target of pieces (4096 bytes, a page; at most 1 MiB).
     pub page_size_bytes: usize,
+    /// Entries a block holds at most (8; at least 1). A get reads and
+    /// checksums its entry's whole block: a page holds 32 entries of
+    /// 100-byte values, and blocks of 8 of them make a get from the page
+    /// cache about a quarter faster, for 0.15 more index bytes a key
+    /// (block offsets) and 0.4% more space. Entries of an eighth of a page
+    /// or more (512-byte values) keep page-sized blocks.
+    pub max_block_slots: usize,
     /// Start a block that fits in a page on the next page boundary when it
     /// would otherwise straddle one (false). Aligned, every such block is
     /// one page to read; packed, most blocks span two pages, which an SSD
@@ -272,6 +279,7 @@ impl Default for Options {
             low_priority_compactions: false,
             scan_io_threads: 16,
             page_size_bytes: 4096,
+            max_block_slots: crate::piece::DEFAULT_MAX_BLOCK_SLOTS,
             align_blocks: false,
             manifest_max_bytes: 64 << 20,
             min_live_ratio: 0.3,
@@ -318,6 +326,7 @@ impl fmt::Debug for Options {
             .field("low_priority_compactions", &self.low_priority_compactions)
             .field("scan_io_threads", &self.scan_io_threads)
             .field("page_size_bytes", &self.page_size_bytes)
+            .field("max_block_slots", &self.max_block_slots)
             .field("align_blocks", &self.align_blocks)
             .field("manifest_max_bytes", &self.manifest_max_bytes)
             .field("min_live_ratio", &self.min_live_ratio)
@@ -435,6 +444,9 @@ impl Options {
         }
         if self.page_size_bytes == 0 || self.page_size_bytes > 1 << 20 {
             return bad("page_size_bytes must be in 1..=1 MiB");
+        }
+        if self.max_block_slots == 0 {
+            return bad("max_block_slots must be at least 1");
         }
         if self.l0_compaction_trigger == 0 || self.l0_stop_trigger < self.l0_compaction_trigger {
             return bad("need 1 <= l0_compaction_trigger <= l0_stop_trigger");

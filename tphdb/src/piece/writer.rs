@@ -21,6 +21,9 @@ pub(crate) const FIRST_EXTRA_SECTION: u32 = 16;
 
 /// One key in this many is kept as a sample for seeks (paper §3.3).
 pub const SAMPLE_INTERVAL: usize = 64;
+/// Slots a block holds at most by default: entries under an eighth of a
+/// page get blocks smaller than one (see `Options::max_block_slots`).
+pub const DEFAULT_MAX_BLOCK_SLOTS: usize = 8;
 /// An empty slot in `SlotLayout::by_slot`.
 pub(super) const NONE: u32 = u32::MAX;
 
@@ -31,8 +34,13 @@ pub struct PieceOptions {
     pub phf_kind: PhfKind,
     /// Perfect hash parameters (load factor, bucket size, segments).
     pub phf: PhfConfig,
-    /// Blocks hold about this many bytes: `k = max(page_size / avg entry, 1)`.
+    /// Blocks hold about this many bytes: `k = max(page_size / avg entry, 1)`,
+    /// at most `max_block_slots`.
     pub page_size: usize,
+    /// Slots a block holds at most (`Options::max_block_slots`): a get
+    /// reads and checksums its whole block, so small entries get blocks
+    /// smaller than a page.
+    pub max_block_slots: usize,
     /// Block compression.
     pub compression: Compression,
     /// Largest data segment; offsets within a segment are 32-bit. Only
@@ -50,6 +58,7 @@ impl Default for PieceOptions {
             phf_kind: PhfKind::CpHash,
             phf: PhfConfig::default(),
             page_size: 4096,
+            max_block_slots: DEFAULT_MAX_BLOCK_SLOTS,
             compression: Compression::None,
             max_segment_bytes: MAX_SEGMENT_BYTES,
             align_blocks: false,
@@ -120,7 +129,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
 
     let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
     let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
-    let k = (options.page_size / avg).clamp(1, u32::MAX as usize);
+    let k = (options.page_size / avg).clamp(1, options.max_block_slots.clamp(1, u32::MAX as usize));
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
     let block_count = slots.by_slot.len().div_ceil(k);
