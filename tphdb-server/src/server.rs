@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -131,6 +131,8 @@ pub(crate) struct Client {
     pub(crate) info: Arc<ClientInfo>,
     pub(crate) authed: bool,
     pub(crate) pending: commands::Pending,
+    /// Plain GETs held back to be read together (see `commands::execute`).
+    pub(crate) gets: Vec<Bytes>,
 }
 
 /// Opens the database and serves until SIGTERM or SIGINT, then flushes
@@ -263,14 +265,17 @@ async fn accept(
         info,
         authed: shared.cfg.requirepass.is_none(),
         pending: commands::Pending::default(),
+        gets: Vec::new(),
     };
     let _ = connection(&shared, client, stream, stop).await;
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Relaxed);
 }
 
-/// Commits the client's gathered writes, in turn with other connections.
+/// Reads the client's held-back GETs and commits its gathered writes (in
+/// turn with other connections): what must happen before replies leave.
 async fn commit(shared: &Shared, client: &mut Client, out: &mut Out) {
+    commands::flush_gets(shared, client, out);
     if !client.pending.is_empty() {
         let _turn = shared.write_gate.lock().await;
         commands::commit_pending(shared, client, out);

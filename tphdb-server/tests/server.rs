@@ -445,6 +445,32 @@ fn a_pipeline_of_sets_reads_its_own_writes() {
     assert_eq!(raw(server.port, &req), want);
 }
 
+/// Pipelined GETs are read together: their replies keep the pipeline's
+/// order around every other reply (errors included), a GET sees the SETs
+/// before it and none after it, and more GETs than a batch holds are read
+/// in several batches.
+#[test]
+fn a_pipeline_of_gets_answers_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let mut req = b"SET a 1\r\nGET a\r\nGET b\r\nSET b 2\r\nGET b\r\nFOO\r\nGET a\r\n".to_vec();
+    req.extend_from_slice(b"GET\r\nget a\r\nDEL a\r\nGET a\r\n");
+    req.extend_from_slice(&b"GET b\r\n".repeat(150));
+    req.extend_from_slice(b"SET a 3\r\nGET a\r\nMGET a b c\r\n");
+    let mut want = b"+OK\r\n$1\r\n1\r\n$-1\r\n+OK\r\n$1\r\n2\r\n".to_vec();
+    want.extend_from_slice(
+        b"-ERR unknown command 'FOO', with args beginning with: \r\n$1\r\n1\r\n",
+    );
+    want.extend_from_slice(b"-ERR wrong number of arguments for 'get' command\r\n$1\r\n1\r\n");
+    want.extend_from_slice(b":1\r\n$-1\r\n");
+    want.extend_from_slice(&b"$1\r\n2\r\n".repeat(150));
+    want.extend_from_slice(b"+OK\r\n$1\r\n3\r\n*3\r\n$1\r\n3\r\n$1\r\n2\r\n$-1\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&raw(server.port, &req)),
+        String::from_utf8_lossy(&want)
+    );
+}
+
 /// A port nothing listens on right now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -82,6 +82,8 @@ enum Op {
     Delete(u16),
     Batch(Vec<(u16, Option<u16>)>),
     Get(u16),
+    /// A batched get (`multi_get_pinned`), repeats included.
+    MultiGet(Vec<u16>),
     Scan(Option<u16>, bool),
     Raw(Vec<Move>, Option<(u16, u16)>),
     Snapshot,
@@ -198,6 +200,7 @@ fn op() -> impl Strategy<Value = Op> {
         8 => any::<u16>().prop_map(Op::Delete),
         6 => prop::collection::vec((any::<u16>(), prop::option::weighted(0.8, any::<u16>())), 1..20).prop_map(Op::Batch),
         10 => any::<u16>().prop_map(Op::Get),
+        4 => prop::collection::vec(any::<u16>(), 1..40).prop_map(Op::MultiGet),
         3 => (prop::option::of(any::<u16>()), any::<bool>()).prop_map(|(s, r)| Op::Scan(s, r)),
         2 => (moves(), prop::option::weighted(0.3, (any::<u16>(), any::<u16>()))).prop_map(|(m, b)| Op::Raw(m, b)),
         2 => Just(Op::Snapshot),
@@ -286,6 +289,18 @@ fn run(mode: Mode, ops: Vec<Op>) {
                 model.get(&key(k)).cloned(),
                 "get {k}"
             ),
+            Op::MultiGet(ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|&k| key(k)).collect();
+                let got = d.multi_get_pinned(&keys);
+                assert_eq!(got.len(), keys.len());
+                for (k, g) in keys.iter().zip(got) {
+                    assert_eq!(
+                        g.unwrap().map(|v| v.to_vec()),
+                        model.get(k).cloned(),
+                        "multi_get {k:?}"
+                    );
+                }
+            }
             Op::Scan(start, reverse) => check_scan(d, &model, start, reverse),
             Op::Raw(moves, bounds) => check_raw(d, &model, &moves, bounds),
             Op::Snapshot => {

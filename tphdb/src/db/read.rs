@@ -32,13 +32,64 @@ impl Inner {
                 r?.and_then(|e| e.value)
             }
         };
-        if let Some(v) = &value {
+        self.count_hit(key, value.as_ref());
+        Ok(value)
+    }
+
+    /// [`Inner::get`] of each of `keys`, side by side: the TPHs' memory
+    /// each key's lookup reads is prefetched a step of every key at a time
+    /// (see [`crate::version::Version::get_many`]).
+    pub(crate) fn get_many(
+        &self,
+        sv: &SuperVersion,
+        seq: u64,
+        keys: &[&[u8]],
+    ) -> Vec<Result<Option<Bytes>>> {
+        self.stats.gets.fetch_add(keys.len() as u64, Relaxed);
+        let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
+        let mut values: Vec<Option<Result<Option<Bytes>>>> = keys
+            .iter()
+            .zip(&hashes)
+            .map(|(key, &h)| {
+                std::iter::once(&sv.mem)
+                    .chain(&sv.imms)
+                    .find_map(|m| m.get(key, h, seq))
+                    .map(|v| Ok(v.value))
+            })
+            .collect();
+        let pending: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
+        if !pending.is_empty() {
+            let mut found: Vec<_> = (0..keys.len()).map(|_| None).collect();
+            let mut count = ReadCount::default();
+            sv.version
+                .get_many(keys, &hashes, pending, &mut found, &mut count);
+            self.stats.get_block_reads.fetch_add(count.reads, Relaxed);
+            self.stats.get_bytes_read.fetch_add(count.bytes, Relaxed);
+            for (v, f) in values.iter_mut().zip(found) {
+                if let Some(r) = f {
+                    *v = Some(r.map(|e| e.and_then(|e| e.value)));
+                }
+            }
+        }
+        keys.iter()
+            .zip(values)
+            .map(|(key, v)| {
+                let v = v.unwrap_or(Ok(None));
+                if let Ok(value) = &v {
+                    self.count_hit(key, value.as_ref());
+                }
+                v
+            })
+            .collect()
+    }
+
+    fn count_hit(&self, key: &[u8], value: Option<&Bytes>) {
+        if let Some(v) = value {
             self.stats.get_hits.fetch_add(1, Relaxed);
             self.stats
                 .get_bytes_returned
                 .fetch_add((key.len() + v.len()) as u64, Relaxed);
         }
-        Ok(value)
     }
 }
 

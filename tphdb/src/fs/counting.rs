@@ -175,6 +175,10 @@ impl RandomAccessFile for CountingFile {
         self.inner.done_with(offset, len)
     }
 
+    fn prefetch(&self, offset: u64, len: usize) {
+        self.inner.prefetch(offset, len)
+    }
+
     fn len(&self) -> u64 {
         self.inner.len()
     }

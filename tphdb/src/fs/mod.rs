@@ -149,6 +149,13 @@ pub trait RandomAccessFile: Send + Sync + Debug {
     fn done_with(&self, offset: u64, len: usize) {
         let _ = (offset, len);
     }
+    /// A hint that `len` bytes at `offset` will be read soon: a mapped file
+    /// asks the CPU to bring them into its cache, so that a batch of gets
+    /// waits for its blocks' memory side by side. Nothing else does
+    /// anything; it never fails.
+    fn prefetch(&self, offset: u64, len: usize) {
+        let _ = (offset, len);
+    }
     /// Size of the file in bytes.
     fn len(&self) -> u64;
     /// True for an empty file.

@@ -253,6 +253,15 @@ impl Phf {
         }
     }
 
+    /// Asks the CPU for the memory [`Phf::slot`] of `hash` reads past the
+    /// function's small per-segment table (CPHash: the bucket's pilot).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        if let Phf::CpHash(p) = self {
+            p.prefetch(hash);
+        }
+    }
+
     /// See [`PerfectHash::table_size`].
     pub fn table_size(&self) -> usize {
         match self {

@@ -149,6 +149,15 @@ impl GlobalIndex {
         (piece < self.piece_count && sig == signature(h, self.sig_bits)).then_some(piece)
     }
 
+    /// Asks the CPU for the memory [`GlobalIndex::candidate`] of `h` reads
+    /// (a fuse's cells; nothing for the older slot tables).
+    #[inline]
+    pub(crate) fn prefetch(&self, h: u64) {
+        if let Lookup::Fuse(fuse) = &self.lookup {
+            fuse.prefetch(h);
+        }
+    }
+
     /// The piece index holding the newest version of `key` (hash `h`) if the
     /// key may be live in the TPH; `None` proves it is not.
     #[inline]

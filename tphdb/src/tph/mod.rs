@@ -396,6 +396,19 @@ impl Tph {
         }
     }
 
+    /// Asks the CPU for the global-index memory a get of `h` reads.
+    #[inline]
+    pub(crate) fn prefetch_route(&self, h: u64) {
+        self.index.prefetch(h);
+    }
+
+    /// The piece a get of `key` (hash `h`) reads, if the global index
+    /// routes it to one: [`Tph::get_counted`] is that piece's get.
+    #[inline]
+    pub(crate) fn piece_for(&self, key: &[u8], h: u64) -> Option<&PieceFile> {
+        self.index.route(key, h).map(|p| &*self.pieces[p])
+    }
+
     /// Whether the global index routes `key` to a piece: it holds the key,
     /// or a key that shares its signature.
     pub(crate) fn routes(&self, key: &[u8], h: u64) -> bool {

@@ -18,7 +18,7 @@ pub(crate) use set::{decode_current, encode_current, write_manifest, RecoveredSt
 use crate::error::{Error, Result};
 use crate::hash::partition_of;
 use crate::piece::{Entry, ReadCount};
-use crate::tph::Tph;
+use crate::tph::{PieceFile, Tph};
 
 /// Deepest level a database may have.
 pub(crate) const MAX_DEPTH: u32 = 16;
@@ -80,6 +80,76 @@ impl Version {
             }
         }
         Ok(None)
+    }
+
+    /// [`Version::get`] of several keys side by side: `keys[i]` (hash
+    /// `hashes[i]`) for each `i` of `pending`, its result stored in
+    /// `found[i]`. The TPHs are asked in the order a get asks them; at each,
+    /// the keys' global-index cells are prefetched, then their pieces'
+    /// perfect-hash memory, then their blocks, a key at a time at each
+    /// step, so that the cache misses of different keys overlap instead of
+    /// following one another. Each key then reads exactly what
+    /// [`Version::get`] reads.
+    pub(crate) fn get_many(
+        &self,
+        keys: &[&[u8]],
+        hashes: &[u64],
+        mut pending: Vec<usize>,
+        found: &mut [Option<Result<Option<Entry>>>],
+        count: &mut ReadCount,
+    ) {
+        let mut step = |pending: &mut Vec<usize>, tphs: Vec<Option<&Arc<Tph>>>| {
+            for (&i, t) in pending.iter().zip(&tphs) {
+                if let Some(t) = t {
+                    t.prefetch_route(hashes[i]);
+                }
+            }
+            let pieces: Vec<Option<&PieceFile>> = pending
+                .iter()
+                .zip(&tphs)
+                .map(|(&i, t)| {
+                    let piece = t.and_then(|t| t.piece_for(keys[i], hashes[i]));
+                    if let Some(p) = piece {
+                        p.prefetch_slot(hashes[i]);
+                    }
+                    piece
+                })
+                .collect();
+            for (&i, p) in pending.iter().zip(&pieces) {
+                if let Some(p) = p {
+                    p.prefetch_block(hashes[i]);
+                }
+            }
+            for (&i, p) in pending.iter().zip(&pieces) {
+                if let Some(p) = p {
+                    match p.get_counted(keys[i], hashes[i], count) {
+                        Ok(None) => {}
+                        r => found[i] = Some(r),
+                    }
+                }
+            }
+            pending.retain(|&i| found[i].is_none());
+        };
+        for tph in &self.l0 {
+            if pending.is_empty() {
+                return;
+            }
+            let tphs = vec![Some(tph); pending.len()];
+            step(&mut pending, tphs);
+        }
+        for level in 1..=self.depth {
+            if pending.is_empty() {
+                return;
+            }
+            let tphs = pending
+                .iter()
+                .map(|&i| self.tph_of(level, hashes[i]))
+                .collect();
+            step(&mut pending, tphs);
+        }
+        for i in pending {
+            found[i] = Some(Ok(None));
+        }
     }
 
     /// Whether a level below `level` holds `key` (hash `h`), as the global

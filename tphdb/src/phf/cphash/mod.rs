@@ -147,6 +147,23 @@ pub struct CpHash {
 }
 
 impl CpHash {
+    /// Asks the CPU for the pilot byte [`PerfectHash::slot`] of `hash`
+    /// reads: the one random access of a query besides its segment.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        if self.segments.is_empty() {
+            return;
+        }
+        let hx = mix64(hash, self.seed);
+        let segments = self.segments.len() as u64;
+        let rem = hx.wrapping_mul(segments);
+        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
+        let bucket = seg.bucket_start + seg.shape.bucket(rem);
+        if let Some(p) = self.pilots.get(bucket as usize) {
+            crate::util::prefetch(p);
+        }
+    }
+
     /// Assembles a function from its parts, validating every invariant the
     /// query relies on, so that a function from hostile bytes is memory-safe
     /// and maps every hash below the table size.

@@ -197,6 +197,21 @@ impl Fuse {
             ^ self.cell(c.offset + p[3])
     }
 
+    /// Asks the CPU for the cells [`Fuse::get`] of `h` reads.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        if self.chunks.is_empty() {
+            return;
+        }
+        let c = &self.chunks[self.chunking.chunk(h, self.chunks.len() as u64) as usize];
+        for p in c.positions(h) {
+            let at = ((c.offset + p) * self.value_bits as u64 / 8) as usize;
+            if let Some(b) = self.cells.get(at) {
+                crate::util::prefetch(b);
+            }
+        }
+    }
+
     #[inline(always)]
     fn cell(&self, i: u64) -> u64 {
         let bit = i * self.value_bits as u64;
