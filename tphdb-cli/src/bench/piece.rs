@@ -106,11 +106,14 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
         .phf
         .iter()
         .flat_map(|name| a.max_block_slots.iter().map(move |&slots| (name, slots)));
+    // A run's name: the perfect hash, and the slot bound when several are
+    // compared.
+    let label = |name: &str, slots: usize| match a.max_block_slots.len() {
+        1 => name.to_string(),
+        _ => format!("{name}@{slots}"),
+    };
     for (name, max_block_slots) in runs {
-        let label = match a.max_block_slots.len() {
-            1 => name.clone(),
-            _ => format!("{name}@{max_block_slots}"),
-        };
+        let label = label(name, max_block_slots);
         let path = tmp.path().join(format!("{label}.ph"));
         let opts = PieceOptions {
             phf_kind: phf_kind(name)?,
@@ -196,11 +199,8 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let (Some(first), Some(slots)) = (a.phf.first(), a.max_block_slots.first()) {
         eprintln!("raw: 4 KiB O_DIRECT random reads");
-        let label = match a.max_block_slots.len() {
-            1 => first.clone(),
-            _ => format!("{first}@{slots}"),
-        };
-        let raw = raw_direct_reads(&tmp.path().join(format!("{label}.ph")), a.ops, limit)?;
+        let path = tmp.path().join(format!("{}.ph", label(first, *slots)));
+        let raw = raw_direct_reads(&path, a.ops, limit)?;
         report.result(
             "raw-4k-direct",
             vec![

@@ -32,7 +32,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 pub use ingest::{BulkLoader, IngestReport};
@@ -401,52 +400,6 @@ impl DB {
     /// [`DB::write`] with write options.
     pub fn write_opt(&self, batch: WriteBatch, opts: &WriteOptions) -> Result<()> {
         self.inner.write(batch, opts)
-    }
-
-    /// The value of `key`, copied.
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        Ok(self.get_pinned(key)?.map(|b| b.to_vec()))
-    }
-
-    /// The value of `key` without a copy: it shares memory with the
-    /// memtable or the block it was read from.
-    pub fn get_pinned(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
-        let (sv, seq) = self.inner.read_view();
-        self.inner.get(&sv, seq, key.as_ref())
-    }
-
-    /// [`DB::get`] with read options (a snapshot).
-    pub fn get_opt(
-        &self,
-        key: impl AsRef<[u8]>,
-        opts: &ReadOptions<'_>,
-    ) -> Result<Option<Vec<u8>>> {
-        match opts.snapshot {
-            Some(s) => s.get(key),
-            None => self.get(key),
-        }
-    }
-
-    /// Values of several keys, read from one consistent view.
-    pub fn multi_get<K: AsRef<[u8]>>(
-        &self,
-        keys: impl IntoIterator<Item = K>,
-    ) -> Vec<Result<Option<Vec<u8>>>> {
-        let keys: Vec<K> = keys.into_iter().collect();
-        self.multi_get_pinned(&keys)
-            .into_iter()
-            .map(|v| v.map(|v| v.map(|b| b.to_vec())))
-            .collect()
-    }
-
-    /// [`DB::multi_get`] without copies. The keys' lookups run side by
-    /// side, each step's memory prefetched for all of them before any
-    /// reads it (RocksDB's batched `MultiGet` does the like for its
-    /// blocks): a batch of keys costs less than as many gets.
-    pub fn multi_get_pinned<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
-        let (sv, seq) = self.inner.read_view();
-        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
-        self.inner.get_many(&sv, seq, &keys)
     }
 
     /// A consistent read-only view that later writes do not change.

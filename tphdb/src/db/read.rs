@@ -19,11 +19,8 @@ impl Inner {
     pub(crate) fn get(&self, sv: &SuperVersion, seq: u64, key: &[u8]) -> Result<Option<Bytes>> {
         self.stats.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
-        let found = std::iter::once(&sv.mem)
-            .chain(&sv.imms)
-            .find_map(|m| m.get(key, h, seq));
-        let value = match found {
-            Some(v) => v.value,
+        let value = match memtables_get(sv, seq, key, h) {
+            Some(v) => v,
             None => {
                 let mut count = ReadCount::default();
                 let r = sv.version.get(key, h, &mut count);
@@ -50,12 +47,7 @@ impl Inner {
         let mut values: Vec<Option<Result<Option<Bytes>>>> = keys
             .iter()
             .zip(&hashes)
-            .map(|(key, &h)| {
-                std::iter::once(&sv.mem)
-                    .chain(&sv.imms)
-                    .find_map(|m| m.get(key, h, seq))
-                    .map(|v| Ok(v.value))
-            })
+            .map(|(key, &h)| memtables_get(sv, seq, key, h).map(Ok))
             .collect();
         let pending: Vec<usize> = (0..keys.len()).filter(|&i| values[i].is_none()).collect();
         if !pending.is_empty() {
@@ -90,6 +82,63 @@ impl Inner {
                 .get_bytes_returned
                 .fetch_add((key.len() + v.len()) as u64, Relaxed);
         }
+    }
+}
+
+/// The newest version of `key` (hash `h`) as of `seq` in `sv`'s memtables,
+/// newest first: `Some(None)` for a tombstone, `None` if none holds it.
+fn memtables_get(sv: &SuperVersion, seq: u64, key: &[u8], h: u64) -> Option<Option<Bytes>> {
+    std::iter::once(&sv.mem)
+        .chain(&sv.imms)
+        .find_map(|m| m.get(key, h, seq))
+        .map(|v| v.value)
+}
+
+impl DB {
+    /// The value of `key`, copied.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_pinned(key)?.map(|b| b.to_vec()))
+    }
+
+    /// The value of `key` without a copy: it shares memory with the
+    /// memtable or the block it was read from.
+    pub fn get_pinned(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        let (sv, seq) = self.inner.read_view();
+        self.inner.get(&sv, seq, key.as_ref())
+    }
+
+    /// [`DB::get`] with read options (a snapshot).
+    pub fn get_opt(
+        &self,
+        key: impl AsRef<[u8]>,
+        opts: &ReadOptions<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        match opts.snapshot {
+            Some(s) => s.get(key),
+            None => self.get(key),
+        }
+    }
+
+    /// Values of several keys, read from one consistent view.
+    pub fn multi_get<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+    ) -> Vec<Result<Option<Vec<u8>>>> {
+        let keys: Vec<K> = keys.into_iter().collect();
+        self.multi_get_pinned(&keys)
+            .into_iter()
+            .map(|v| v.map(|v| v.map(|b| b.to_vec())))
+            .collect()
+    }
+
+    /// [`DB::multi_get`] without copies. The keys' lookups run side by
+    /// side, each step's memory prefetched for all of them before any
+    /// reads it (RocksDB's batched `MultiGet` does the like for its
+    /// blocks): a batch of keys costs less than as many gets.
+    pub fn multi_get_pinned<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Bytes>>> {
+        let (sv, seq) = self.inner.read_view();
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_ref()).collect();
+        self.inner.get_many(&sv, seq, &keys)
     }
 }
 

@@ -390,8 +390,8 @@ impl Tph {
         h: u64,
         count: &mut ReadCount,
     ) -> Result<Option<Entry>> {
-        match self.index.route(key, h) {
-            Some(p) => self.pieces[p].get_counted(key, h, count),
+        match self.piece_for(key, h) {
+            Some(p) => p.get_counted(key, h, count),
             None => Ok(None),
         }
     }

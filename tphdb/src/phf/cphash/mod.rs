@@ -154,14 +154,22 @@ impl CpHash {
         if self.segments.is_empty() {
             return;
         }
-        let hx = mix64(hash, self.seed);
-        let segments = self.segments.len() as u64;
-        let rem = hx.wrapping_mul(segments);
-        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
-        let bucket = seg.bucket_start + seg.shape.bucket(rem);
+        let (_, _, bucket) = self.bucket_of(hash);
         if let Some(p) = self.pilots.get(bucket as usize) {
             crate::util::prefetch(p);
         }
+    }
+
+    /// The mixed hash of `hash`, its segment and its bucket (across all
+    /// segments); the function has at least one segment.
+    #[inline(always)]
+    fn bucket_of(&self, hash: u64) -> (u64, &Segment, u64) {
+        let hx = mix64(hash, self.seed);
+        let segments = self.segments.len() as u64;
+        // The bucket's bits: what the segment reduction of `hx` leaves.
+        let rem = hx.wrapping_mul(segments);
+        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
+        (hx, seg, seg.bucket_start + seg.shape.bucket(rem))
     }
 
     /// Assembles a function from its parts, validating every invariant the
@@ -300,12 +308,7 @@ impl PerfectHash for CpHash {
         if self.segments.is_empty() {
             return 0;
         }
-        let hx = mix64(hash, self.seed);
-        let segments = self.segments.len() as u64;
-        // The bucket's bits: what the segment reduction of `hx` leaves.
-        let rem = hx.wrapping_mul(segments);
-        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
-        let bucket = seg.bucket_start + seg.shape.bucket(rem);
+        let (hx, seg, bucket) = self.bucket_of(hash);
         let pilot = self.pilots[bucket as usize];
         let s = seg.shape.slot(hx, seg.shape.displacement(pilot));
         if s < seg.slots {
