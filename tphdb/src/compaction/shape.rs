@@ -154,6 +154,17 @@ pub(crate) fn push_down_threshold(target: u64, fanout: u64, partition: u64) -> u
 /// target at a time, and the bottom grows `fanout` times more slowly.
 pub(crate) const ONE_LEVEL_MAX_DEPTH: u32 = 2;
 
+/// Whether a tree `depth` levels deep may still get a level below its
+/// bottom.
+pub(crate) fn may_deepen(policy: &Policy, fanout: u64, depth: u32) -> bool {
+    let deepest = if policy.one_level {
+        policy.max_levels.min(ONE_LEVEL_MAX_DEPTH)
+    } else {
+        policy.max_levels
+    };
+    depth < deepest && partitions_fit(fanout, depth + 1)
+}
+
 /// Whether the bottom level should get a level below it: its TPHs average
 /// more than the target size (in one-level mode, one of them passes its
 /// push-down threshold), and one more level fits. Every TPH is then
@@ -165,12 +176,7 @@ pub(crate) const ONE_LEVEL_MAX_DEPTH: u32 = 2;
 /// 1 KiB values wrote 2.26 bytes of folds per byte, against the one
 /// push-down per level a deeper tree costs.
 pub(crate) fn should_deepen(shape: &Shape, policy: &Policy) -> bool {
-    let deepest = if policy.one_level {
-        policy.max_levels.min(ONE_LEVEL_MAX_DEPTH)
-    } else {
-        policy.max_levels
-    };
-    if shape.depth >= deepest || !partitions_fit(shape.fanout, shape.depth + 1) {
+    if !may_deepen(policy, shape.fanout, shape.depth) {
         return false;
     }
     let bottom_tphs = &shape.levels[shape.depth as usize - 1];

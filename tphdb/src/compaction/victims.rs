@@ -32,11 +32,12 @@ pub(crate) struct PieceLife {
 /// tiers, as a binary counter keeps its bits: folding only the one
 /// cheapest piece at the limit made that piece grow by a delta at every
 /// merge, so that a TPH taking merge after merge (the bottom) rewrote
-/// ever more per delta. A TPH above the bottom passes no `tiers`: its
-/// push-down carries every entry down anyway, and folding its pieces of
-/// like size together made a small-memory server's level-1 TPHs fold 40
-/// pieces at a time, in passes that read them 35 times over, just before
-/// the push-down rewrote them.
+/// ever more per delta. The merge passes `tiers` only where many merges
+/// are to come (see `keeps_size_tiers` in `tph::merge`). A TPH above the
+/// bottom passes none: its push-down carries every entry down anyway, and
+/// folding its pieces of like size together made a small-memory server's
+/// level-1 TPHs fold 40 pieces at a time, in passes that read them 35
+/// times over, just before the push-down rewrote them.
 pub(crate) fn pick_victims(
     pieces: &[PieceLife],
     max_pieces: usize,

@@ -412,6 +412,10 @@ impl Inner {
                 let fanout = u64::from(self.opts.fanout);
                 compaction::push_down_threshold(self.opts.tph_target_bytes, fanout, partition)
             }),
+            bottom_pushed_near: (level >= 1
+                && bottom
+                && compaction::may_deepen(&self.policy, u64::from(self.opts.fanout), level))
+            .then_some(self.opts.tph_target_bytes),
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
             fold_memory_bytes: self.opts.merge_memory_bytes(),

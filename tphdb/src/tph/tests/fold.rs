@@ -45,3 +45,33 @@ fn a_fold_written_in_passes_writes_the_piece_a_held_fold_writes() {
         "{read_passes} bytes read in passes, {read_held} held"
     );
 }
+
+/// Regression: at a bottom that could still get a level below it, a TPH at
+/// `max_pieces` folded every piece of like size (size tiers) however near
+/// it was to the size at which the new level takes its entries: a 16M x
+/// 128 B fill's level-1 TPHs folded all 16 pieces two merges before their
+/// push-downs. Near that size only what the piece count needs folds; far
+/// from it, and where the tree cannot deepen, pieces fold in tiers.
+#[test]
+fn a_bottom_tph_near_its_push_down_folds_only_what_the_piece_count_needs() {
+    let batch = |round: u32| -> Model {
+        (round * 100..round * 100 + 100)
+            .map(|i| (key(i), Some(vec![1u8; 100])))
+            .collect()
+    };
+    let batch_bytes = 100 * 113;
+    for (pushed_near, tiers) in [
+        (Some(6 * batch_bytes), false),
+        (Some(100 * batch_bytes), true),
+        (None, true),
+    ] {
+        let mut h = Harness::new(true, 4);
+        h.bottom_pushed_near = pushed_near;
+        for round in 0..4 {
+            assert_eq!(h.merge(&batch(round)).pieces_folded, 0);
+        }
+        let folded = h.merge(&batch(4)).pieces_folded;
+        assert_eq!(folded, if tiers { 4 } else { 1 }, "{pushed_near:?}");
+        h.check();
+    }
+}

@@ -25,6 +25,7 @@ struct Harness {
     bottom: bool,
     max_pieces: usize,
     push_past_bytes: Option<u64>,
+    bottom_pushed_near: Option<u64>,
     /// Passed to merges as `MergeContext::pinned` and `carried_down`.
     pinned: Vec<u64>,
     carried_down: Vec<u64>,
@@ -48,6 +49,7 @@ impl Harness {
             bottom,
             max_pieces,
             push_past_bytes: None,
+            bottom_pushed_near: None,
             pinned: Vec::new(),
             carried_down: Vec::new(),
             fold_memory_bytes: u64::MAX,
@@ -94,6 +96,7 @@ impl Harness {
             bottom: self.bottom,
             max_pieces: self.max_pieces,
             push_past_bytes: self.push_past_bytes,
+            bottom_pushed_near: self.bottom_pushed_near,
             min_live_ratio: 0.2,
             gc_input_bytes: None,
             fold_memory_bytes: self.fold_memory_bytes,
