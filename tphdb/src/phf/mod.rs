@@ -84,10 +84,17 @@ pub struct PhfConfig {
     pub segment_keys: usize,
     /// Seed of the construction; builds are deterministic given the seed.
     pub seed: u64,
-    /// CPHash: segments by the hash's own high bits (format version 2), so
-    /// that slots follow the hash order a segment at a time (true). False
-    /// builds version 1, which chose them by the mixed hash.
+    /// CPHash: segments by where the hash lies in the keys' interval of
+    /// hashes (format version 3), so that slots follow the hash order a
+    /// segment at a time (true). False builds version 1, which chose them
+    /// by the mixed hash.
     pub ordered_segments: bool,
+    /// CPHash with `ordered_segments`: the interval the keys' hashes come
+    /// from (a level's partition), which the segments divide evenly, so
+    /// that a partition of the level below begins on a segment boundary
+    /// when the segment count is a multiple of the fanout. `None`: the
+    /// interval from the least to the greatest hash built over.
+    pub hash_range: Option<(u64, u64)>,
 }
 
 impl Default for PhfConfig {
@@ -98,6 +105,7 @@ impl Default for PhfConfig {
             segment_keys: 1 << 12,
             seed: 0x7470_6864_6221_0001,
             ordered_segments: true,
+            hash_range: None,
         }
     }
 }
@@ -122,6 +130,13 @@ impl PhfConfig {
                 "perfect hash segment_keys must be in [1, 2^26], got {}",
                 self.segment_keys
             )));
+        }
+        if let Some((lo, hi)) = self.hash_range {
+            if lo > hi {
+                return Err(Error::InvalidArgument(format!(
+                    "perfect hash hash_range must not be empty, got {lo:#x}..={hi:#x}"
+                )));
+            }
         }
         Ok(())
     }

@@ -101,12 +101,16 @@ pub(super) fn write_head(
     let folded = written.iter().any(|e| matches!(e, Written::Folded(_)));
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+    // The local perfect hash's segments divide the partition, as the level
+    // below divides it.
+    let mut piece_options = ctx.piece_options.clone();
+    piece_options.phf.hash_range = Some((*ctx.hashes.start(), *ctx.hashes.end()));
     let write_result = write_piece_in_passes(
         ctx.fs.as_ref(),
         &path,
         written,
         &hashes,
-        ctx.piece_options,
+        &piece_options,
         &extra,
         passes,
         &mut |run| load_pass(base, written, folded, run, stats),

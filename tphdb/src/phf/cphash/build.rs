@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use rayon::prelude::*;
 
 use super::search::{search, Scratch, SearchError, Space};
-use super::{segment_of, SegmentRecord, Shape, MAX_LOAD};
+use super::{SegmentOrder, SegmentRecord, Shape, MAX_LOAD};
 use crate::error::{Error, Result};
 use crate::phf::{split_repeats, PhfConfig};
 use crate::util::reduce::mix64;
@@ -26,6 +26,7 @@ thread_local! {
 
 pub(super) struct BuildOutput {
     pub(super) n: u64,
+    pub(super) order: SegmentOrder,
     pub(super) records: Vec<SegmentRecord>,
     pub(super) pilots: Vec<u8>,
     /// Little-endian u32 per remapped search slot.
@@ -57,6 +58,11 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
     if hashes.is_empty() {
         return Ok(BuildOutput {
             n: 0,
+            order: if config.ordered_segments {
+                SegmentOrder::Interval { lo: 0, scale: 0 }
+            } else {
+                SegmentOrder::Mixed
+            },
             records: Vec::new(),
             pilots: Vec::new(),
             remap: Vec::new(),
@@ -73,7 +79,18 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
     let lambda = config
         .keys_per_bucket
         .unwrap_or_else(|| default_keys_per_bucket(config.table_factor));
-    let (mixed, starts) = partition(hashes, config, segments);
+    let order = if config.ordered_segments {
+        let (lo, hi) = config.hash_range.unwrap_or_else(|| {
+            hashes
+                .par_iter()
+                .fold(|| (u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)))
+                .reduce(|| (u64::MAX, 0), |a, b| (a.0.min(b.0), a.1.max(b.1)))
+        });
+        SegmentOrder::over(lo, hi, segments)
+    } else {
+        SegmentOrder::Mixed
+    };
+    let (mixed, starts) = partition(hashes, config.seed, order, segments);
 
     let outs: Vec<Result<SegmentOut>> = (0..segments as usize)
         .into_par_iter()
@@ -85,7 +102,7 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
         })
         .collect();
 
-    let mut out = BuildOutput::with_segments(segments);
+    let mut out = BuildOutput::with_segments(segments, order);
     let mut mixed_duplicates = HashSet::new();
     for seg in outs {
         out.append(seg?, &mut mixed_duplicates);
@@ -102,9 +119,10 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
 }
 
 impl BuildOutput {
-    fn with_segments(segments: u64) -> BuildOutput {
+    fn with_segments(segments: u64, order: SegmentOrder) -> BuildOutput {
         BuildOutput {
             n: 0,
+            order,
             records: Vec::with_capacity(segments as usize),
             pilots: Vec::new(),
             remap: Vec::new(),
@@ -229,12 +247,15 @@ fn remap_overflow(taken: &[u64], slots: u32, internal: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Mixes every hash under the seed and groups them by segment (the high
-/// bits of the hash, or of the mixed hash unless `ordered_segments`), in
-/// parallel. Returns the mixed hashes and each segment's start.
-fn partition(hashes: &[u64], config: &PhfConfig, segments: u64) -> (Vec<u64>, Vec<usize>) {
-    let (seed, ordered) = (config.seed, config.ordered_segments);
-    let segment = |h: u64, hx: u64| segment_of(ordered, h, hx, segments) as usize;
+/// Mixes every hash under the seed and groups them by segment (`order`),
+/// in parallel. Returns the mixed hashes and each segment's start.
+fn partition(
+    hashes: &[u64],
+    seed: u64,
+    order: SegmentOrder,
+    segments: u64,
+) -> (Vec<u64>, Vec<usize>) {
+    let segment = |h: u64, hx: u64| order.segment_of(h, hx, segments) as usize;
     let m = segments as usize;
     let chunk = hashes
         .len()

@@ -34,10 +34,15 @@ use crate::util::reduce::{mix64, mul_high, FastMod, MIX};
 use bytes::Bytes;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
-/// Version 2 chooses segments by the unmixed hash; version 1 (still read)
-/// by the mixed one.
-const VERSION: u16 = 2;
+/// Version 3 divides the interval of the keys' hashes into segments;
+/// version 2 (still read) divided the whole 64-bit range, so that a piece of
+/// a level's partition (an eighth of the range at level 1, a 64th at level
+/// 2) had all its keys in an eighth or a 64th of its segments; version 1
+/// (still read) chose segments by the mixed hash.
+const VERSION: u16 = 3;
+/// Header bytes up to version 2; version 3 adds the interval (16 bytes).
 const HEADER_BYTES: usize = 56;
+const INTERVAL_BYTES: usize = 16;
 const SEGMENT_RECORD_BYTES: usize = 16;
 
 /// Hashes below this threshold (60% of the 64-bit range) go to dense buckets.
@@ -48,12 +53,41 @@ const DENSE_BUCKET_FRACTION: f64 = 0.3;
 /// last buckets find no free slots in reasonable time.
 const MAX_LOAD: f64 = 0.99;
 
-/// The segment of a key with hash `h` (mixed: `hx`) among `segments`: by
-/// the high bits of `h` when `ordered` (format version 2), of `hx` in
-/// version 1. Shared by the builder and the query.
-#[inline(always)]
-pub(crate) fn segment_of(ordered: bool, h: u64, hx: u64, segments: u64) -> u64 {
-    mul_high(if ordered { h } else { hx }, segments)
+/// How a function's keys are divided into segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SegmentOrder {
+    /// By the high bits of the mixed hash (version 1).
+    Mixed,
+    /// By where the hash lies from `lo` on: `min(mulhi(h -sat lo, scale),
+    /// segments - 1)`, monotone in the hash, so that the slots follow the
+    /// hash order a segment at a time. Version 3 sets `lo` to the least
+    /// hash built over and `scale` to spread the keys' interval over the
+    /// segments; version 2 is `lo = 0, scale = segments`.
+    Interval { lo: u64, scale: u64 },
+}
+
+impl SegmentOrder {
+    /// Segments of equal shares of `lo..=hi` (`segments` of them). The
+    /// scale is rounded down, so that `hi` falls in the last segment and not
+    /// past it: rounded up, a span just short of 2^64 gave the last segment
+    /// twice the share of the others.
+    pub(crate) fn over(lo: u64, hi: u64, segments: u64) -> SegmentOrder {
+        let span = (hi as u128) - (lo as u128) + 1;
+        let scale = (((segments as u128) << 64) / span).min(u64::MAX as u128) as u64;
+        SegmentOrder::Interval { lo, scale }
+    }
+
+    /// The segment of a key with hash `h` (mixed: `hx`) among `segments`.
+    /// Shared by the builder and the query.
+    #[inline(always)]
+    pub(crate) fn segment_of(self, h: u64, hx: u64, segments: u64) -> u64 {
+        match self {
+            SegmentOrder::Mixed => mul_high(hx, segments),
+            SegmentOrder::Interval { lo, scale } => {
+                mul_high(h.saturating_sub(lo), scale).min(segments - 1)
+            }
+        }
+    }
 }
 
 /// How the keys of one segment map to buckets and slots. Shared by the
@@ -136,8 +170,7 @@ pub struct CpHash {
     n: u64,
     table_size: u64,
     seed: u64,
-    /// Segments in hash order (version 2), not in mixed-hash order.
-    ordered: bool,
+    order: SegmentOrder,
     records: Vec<SegmentRecord>,
     segments: Vec<Segment>,
     /// One byte per bucket, used in place from the loaded buffer.
@@ -168,7 +201,7 @@ impl CpHash {
         let segments = self.segments.len() as u64;
         // The bucket's bits: what the segment reduction of `hx` leaves.
         let rem = hx.wrapping_mul(segments);
-        let seg = &self.segments[segment_of(self.ordered, hash, hx, segments) as usize];
+        let seg = &self.segments[self.order.segment_of(hash, hx, segments) as usize];
         (hx, seg, seg.bucket_start + seg.shape.bucket(rem))
     }
 
@@ -178,7 +211,7 @@ impl CpHash {
     fn from_parts(
         n: u64,
         seed: u64,
-        ordered: bool,
+        order: SegmentOrder,
         records: Vec<SegmentRecord>,
         pilots: Bytes,
         remap: Bytes,
@@ -242,7 +275,7 @@ impl CpHash {
             n,
             table_size: slot_start,
             seed,
-            ordered,
+            order,
             records,
             segments,
             pilots,
@@ -267,6 +300,7 @@ impl CpHash {
 
     fn encoded_len(&self) -> usize {
         HEADER_BYTES
+            + INTERVAL_BYTES
             + self.records.len() * SEGMENT_RECORD_BYTES
             + self.pilots.len()
             + self.remap.len()
@@ -285,7 +319,7 @@ impl CpHash {
         let phf = CpHash::from_parts(
             out.n,
             config.seed,
-            config.ordered_segments,
+            out.order,
             out.records,
             Bytes::from(out.pilots),
             Bytes::from(out.remap),
@@ -331,7 +365,11 @@ impl PerfectHash for CpHash {
         let start = out.len();
         out.reserve(self.encoded_len());
         out.put_u32(MAGIC);
-        out.put_u16(if self.ordered { VERSION } else { 1 });
+        // Version 2 is only read: what it divides is written as version 3.
+        out.put_u16(match self.order {
+            SegmentOrder::Mixed => 1,
+            SegmentOrder::Interval { .. } => VERSION,
+        });
         out.put_u16(0);
         out.put_u64(self.n);
         out.put_u64(self.table_size);
@@ -340,6 +378,10 @@ impl PerfectHash for CpHash {
         out.put_u32(0);
         out.put_u64(self.pilots.len() as u64);
         out.put_u64((self.remap.len() / 4) as u64);
+        if let SegmentOrder::Interval { lo, scale } = self.order {
+            out.put_u64(lo);
+            out.put_u64(scale);
+        }
         for r in &self.records {
             out.put_u32(r.buckets);
             out.put_u32(r.slots);
@@ -384,6 +426,17 @@ fn decode(bytes: Bytes) -> Result<CpHash> {
     let _reserved = d.u32()?;
     let bucket_count = d.u64()?;
     let remap_count = d.u64()?;
+    let order = match version {
+        1 => SegmentOrder::Mixed,
+        2 => SegmentOrder::Interval {
+            lo: 0,
+            scale: segment_count as u64,
+        },
+        _ => SegmentOrder::Interval {
+            lo: d.u64()?,
+            scale: d.u64()?,
+        },
+    };
     let records_len = segment_count
         .checked_mul(SEGMENT_RECORD_BYTES)
         .filter(|&l| l <= d.remaining())
@@ -417,7 +470,7 @@ fn decode(bytes: Bytes) -> Result<CpHash> {
     }
     let pilots = bytes.slice(pilots_start..pilots_start + bucket_count as usize);
     let remap = bytes.slice(pilots_start + bucket_count as usize..body_len);
-    let phf = CpHash::from_parts(n, seed, version >= 2, records, pilots, remap)?;
+    let phf = CpHash::from_parts(n, seed, order, records, pilots, remap)?;
     if phf.table_size != table_size {
         return Err(Error::corruption(
             "table size",

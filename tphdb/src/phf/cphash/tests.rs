@@ -393,11 +393,52 @@ fn a_version_1_function_is_read_as_built() {
         let phf = CpHash::build(&hashes, &cfg).unwrap().phf;
         let mut bytes = Vec::new();
         phf.encode(&mut bytes);
-        assert_eq!(u16::from_le_bytes([bytes[4], bytes[5]]), 1 + ordered as u16);
+        assert_eq!(
+            u16::from_le_bytes([bytes[4], bytes[5]]),
+            if ordered { 3 } else { 1 }
+        );
         let loaded = CpHash::decode(Bytes::from(bytes)).unwrap();
         assert_perfect(&loaded, &hashes);
         for &h in &hashes {
             assert_eq!(loaded.slot(h), phf.slot(h));
         }
+    }
+}
+
+/// Regression: version 2 divided the whole 64-bit range into segments, so
+/// that a piece of a level's partition (a 64th of the range at level 2)
+/// had all its keys in one of its segments, whose search left the cache and
+/// whose range reads (a push-down's pass per child, a fold's passes) read
+/// the whole piece each. Version 3 divides the keys' own interval.
+#[test]
+fn a_partitions_keys_spread_over_every_segment() {
+    for shift in [0, 3, 6, 12] {
+        let base = 5u64 << 58;
+        let hashes: Vec<u64> = random_hashes(100_000, 3)
+            .into_iter()
+            .map(|h| base.wrapping_add(h >> shift))
+            .collect();
+        let phf = CpHash::build(&hashes, &config(1.1)).unwrap().phf;
+        assert_perfect(&phf, &hashes);
+        let slots: Vec<u64> = phf.segments.iter().map(|s| s.slots).collect();
+        let most = *slots.iter().max().unwrap() as f64;
+        let mean = phf.table_size() as f64 / slots.len() as f64;
+        assert!(
+            slots.len() >= 24 && most < 1.3 * mean,
+            "range of 2^{}: {} segments, the largest {most} slots, mean {mean}",
+            64 - shift,
+            slots.len()
+        );
+        // The slots follow the hash order, a segment at a time.
+        let mut by_hash = hashes.clone();
+        by_hash.sort_unstable();
+        let seg_of = |h: u64| {
+            let s = phf.slot(h) as u64;
+            phf.segments
+                .iter()
+                .position(|g| (g.slot_start..g.slot_start + g.slots).contains(&s))
+                .unwrap()
+        };
+        assert!(by_hash.windows(2).all(|w| seg_of(w[0]) <= seg_of(w[1])));
     }
 }
