@@ -250,6 +250,7 @@ fn dump_load_checkpoint_compact_and_inspect() {
         "sections:",
         "properties:",
         "perfect hash: cphash",
+        " hashes each from 0x",
         "TPH head: level ",
         "blocks:",
         "seq ",

@@ -108,6 +108,9 @@ impl PieceReader {
             phf.memory_bytes(),
             phf.memory_bytes() as f64 * 8.0 / keys
         );
+        if let crate::phf::Phf::CpHash(c) = phf {
+            let _ = writeln!(w, "  {}", c.segments_summary());
+        }
         let _ = writeln!(
             w,
             "block index: {} segments, {} bytes in memory",

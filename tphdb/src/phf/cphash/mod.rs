@@ -288,6 +288,18 @@ impl CpHash {
         self.segments.len()
     }
 
+    /// How the keys are divided into segments, for `tphdb inspect`.
+    pub fn segments_summary(&self) -> String {
+        let count = self.segments.len();
+        match self.order {
+            SegmentOrder::Mixed => format!("segments: {count}, by the mixed hash (version 1)"),
+            SegmentOrder::Interval { lo, scale } => {
+                let width = (1u128 << 64) / u128::from(scale.max(1));
+                format!("segments: {count}, of {width:#x} hashes each from {lo:#018x}")
+            }
+        }
+    }
+
     /// Number of buckets (one parameter byte each).
     pub fn bucket_count(&self) -> usize {
         self.pilots.len()
