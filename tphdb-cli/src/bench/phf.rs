@@ -1,6 +1,7 @@
 //! `tphdb bench phf`: CPHash side by side with PtrHash and FMPH, and the
 //! global index each makes against a binary fuse (`fuse`), which stores
-//! the index's values without a perfect hash.
+//! the index's values without a perfect hash; `xorf_fuse16`, the `xorf`
+//! crate's binary fuse filter, is the reference for a fuse's build.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -28,7 +29,11 @@ pub struct PhfArgs {
     /// Target keys per CPHash segment.
     #[arg(long, default_value_t = PhfConfig::default().segment_keys)]
     segment_keys: usize,
-    /// Engines to run, comma separated: cphash, ptr_hash, fmph, fuse.
+    /// Engines to run, comma separated: cphash, ptr_hash, fmph, fuse,
+    /// xorf_fuse16 (the `xorf` crate's 3-wise binary fuse of 16-bit
+    /// fingerprints, built on one thread: what a fuse build can cost; it
+    /// stores fingerprints, not chosen values, and 4-wise `fuse` takes
+    /// fewer bits a value).
     #[arg(long, default_value = "cphash,ptr_hash,fmph", value_delimiter = ',')]
     engines: Vec<String>,
     /// Bits of a global index's value (signature and piece) per key: the
@@ -96,6 +101,22 @@ impl Bench for FuseIndex {
     }
 }
 
+/// The `xorf` crate's binary fuse filter: its query is whether the key is
+/// in it.
+struct XorfFuse16(xorf::BinaryFuse16);
+
+impl Bench for XorfFuse16 {
+    fn query(&self, key: u64) -> usize {
+        usize::from(xorf::Filter::contains(&self.0, &key))
+    }
+    fn table_size(&self) -> usize {
+        0
+    }
+    fn size_bytes(&self) -> usize {
+        self.0.fingerprints.len() * 2
+    }
+}
+
 impl Bench for Fmph {
     fn query(&self, key: u64) -> usize {
         self.0.get_or_panic(&key) as usize
@@ -133,6 +154,9 @@ fn build(
                 .map_err(|e| format!("fuse: {e}"))?;
             Box::new(FuseIndex(b.fuse))
         }
+        "xorf_fuse16" => Box::new(XorfFuse16(
+            xorf::BinaryFuse16::try_from(keys).map_err(|e| format!("xorf: {e}"))?,
+        )),
         other => return Err(format!("unknown phf engine {other:?}")),
     })
 }
@@ -170,6 +194,12 @@ fn check_perfect(
     keys: &[u64],
     value_bits: u32,
 ) -> Result<(), String> {
+    if engine == "xorf_fuse16" {
+        return match keys.iter().all(|&k| phf.query(k) == 1) {
+            true => Ok(()),
+            false => Err("xorf's fuse lost a key".into()),
+        };
+    }
     if engine == "fuse" {
         return match keys
             .iter()
