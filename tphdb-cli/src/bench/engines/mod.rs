@@ -132,6 +132,21 @@ pub const ALL: [&str; 8] = [
     "pogreb",
 ];
 
+/// Refuses an engine this build cannot open, before anything runs: the
+/// peers need `--features peers`.
+pub fn check_available(name: &str) -> Result<()> {
+    if !ALL.contains(&name) {
+        return Err(format!("unknown engine {name}; known: {}", ALL.join(", ")).into());
+    }
+    if name != "tphdb" && !cfg!(feature = "peers") {
+        return Err(format!(
+            "engine {name} needs a build with `--features peers` (run scripts/setup-peers.sh first)"
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Opens engine `name` in the new directory `dir`.
 pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Kv>> {
     std::fs::create_dir_all(dir)?;
@@ -151,10 +166,9 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Kv>> {
         "redb" => Ok(Box::new(redb_engine::Redb::open(dir, cfg)?)),
         #[cfg(feature = "peers")]
         "pogreb" => Ok(Box::new(pogreb_engine::Recorder::open(dir, cfg)?)),
-        n if ALL.contains(&n) && n != "tphdb" => Err(format!(
-            "engine {n} needs a build with `--features peers` (run scripts/setup-peers.sh first)"
-        )
-        .into()),
-        n => Err(format!("unknown engine {n}; known: {}", ALL.join(", ")).into()),
+        n => {
+            check_available(n)?;
+            Err(format!("engine {n} cannot be opened").into())
+        }
     }
 }
