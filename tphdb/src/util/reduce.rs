@@ -6,6 +6,15 @@ pub(crate) fn mul_high(x: u64, d: u64) -> u64 {
     ((x as u128 * d as u128) >> 64) as u64
 }
 
+/// Which of `count` equal shares of an interval starting at `lo` holds
+/// `h`: `min(mulhi(h -sat lo, scale), count - 1)`, monotone in `h`. Both
+/// the fuse's chunks and CPHash's segments are chosen so, each with the
+/// `lo` and `scale` it records; `count` must be at least 1.
+#[inline(always)]
+pub(crate) fn interval_index(h: u64, lo: u64, scale: u64, count: u64) -> u64 {
+    mul_high(h.saturating_sub(lo), scale).min(count - 1)
+}
+
 /// Lemire's fastmod for a fixed divisor: `reduce(x)` equals `x % d` for
 /// `x < 2^32` and is a well-mixed value in `[0, d)` for larger `x`, which is
 /// all a perfect hash needs. Two multiplications, no division.

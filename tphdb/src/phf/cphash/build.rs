@@ -58,11 +58,7 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
     if hashes.is_empty() {
         return Ok(BuildOutput {
             n: 0,
-            order: if config.ordered_segments {
-                SegmentOrder::Interval { lo: 0, scale: 0 }
-            } else {
-                SegmentOrder::Mixed
-            },
+            order: segment_order(hashes, config, 0),
             records: Vec::new(),
             pilots: Vec::new(),
             remap: Vec::new(),
@@ -79,17 +75,7 @@ pub(super) fn build(hashes: &[u64], config: &PhfConfig) -> Result<BuildOutput> {
     let lambda = config
         .keys_per_bucket
         .unwrap_or_else(|| default_keys_per_bucket(config.table_factor));
-    let order = if config.ordered_segments {
-        let (lo, hi) = config.hash_range.unwrap_or_else(|| {
-            hashes
-                .par_iter()
-                .fold(|| (u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)))
-                .reduce(|| (u64::MAX, 0), |a, b| (a.0.min(b.0), a.1.max(b.1)))
-        });
-        SegmentOrder::over(lo, hi, segments)
-    } else {
-        SegmentOrder::Mixed
-    };
+    let order = segment_order(hashes, config, segments);
     let (mixed, starts) = partition(hashes, config.seed, order, segments);
 
     let outs: Vec<Result<SegmentOut>> = (0..segments as usize)
@@ -245,6 +231,25 @@ fn remap_overflow(taken: &[u64], slots: u32, internal: u32) -> Vec<u32> {
             }
         })
         .collect()
+}
+
+/// How `segments` segments divide `hashes`: by the mixed hash unless
+/// `ordered_segments`, else `hash_range` (or the least to the greatest
+/// hash) in equal shares; an empty function records no interval.
+fn segment_order(hashes: &[u64], config: &PhfConfig, segments: u64) -> SegmentOrder {
+    if !config.ordered_segments {
+        return SegmentOrder::Mixed;
+    }
+    if hashes.is_empty() {
+        return SegmentOrder::Interval { lo: 0, scale: 0 };
+    }
+    let (lo, hi) = config.hash_range.unwrap_or_else(|| {
+        hashes
+            .par_iter()
+            .fold(|| (u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)))
+            .reduce(|| (u64::MAX, 0), |a, b| (a.0.min(b.0), a.1.max(b.1)))
+    });
+    SegmentOrder::over(lo, hi, segments)
 }
 
 /// Mixes every hash under the seed and groups them by segment (`order`),

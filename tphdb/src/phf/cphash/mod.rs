@@ -30,7 +30,7 @@ mod search;
 use super::{seal, unseal, Built, PerfectHash, PhfConfig};
 use crate::error::{Error, Result};
 use crate::util::codec::{u32_at, Decoder, PutExt};
-use crate::util::reduce::{mix64, mul_high, FastMod, MIX};
+use crate::util::reduce::{interval_index, mix64, mul_high, FastMod, MIX};
 use bytes::Bytes;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"CPH1");
@@ -83,9 +83,7 @@ impl SegmentOrder {
     pub(crate) fn segment_of(self, h: u64, hx: u64, segments: u64) -> u64 {
         match self {
             SegmentOrder::Mixed => mul_high(hx, segments),
-            SegmentOrder::Interval { lo, scale } => {
-                mul_high(h.saturating_sub(lo), scale).min(segments - 1)
-            }
+            SegmentOrder::Interval { lo, scale } => interval_index(h, lo, scale, segments),
         }
     }
 }

@@ -24,7 +24,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::util::codec::{Decoder, PutExt};
-use crate::util::reduce::{mix64, mul_high};
+use crate::util::reduce::{interval_index, mix64, mul_high};
 
 /// Four cells per key, in four consecutive segments.
 const ARITY: u64 = 4;
@@ -135,9 +135,7 @@ impl Chunking {
     #[inline(always)]
     fn chunk(self, h: u64, count: u64) -> u64 {
         match self {
-            Chunking::Interval { lo, scale } => {
-                mul_high(h.saturating_sub(lo), scale).min(count - 1)
-            }
+            Chunking::Interval { lo, scale } => interval_index(h, lo, scale, count),
             Chunking::Mixed { seed } => mul_high(mix64(h, seed), count),
         }
     }
