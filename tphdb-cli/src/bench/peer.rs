@@ -69,8 +69,8 @@ pub struct PeerArgs {
     /// Memory budget in MiB of each engine's process, page cache included
     /// (a cgroup v1 memory limit; needs root). Makes a data set larger
     /// than the budget read from the disk, as it would in production.
-    /// tphdb gives a quarter of it to memtables and an eighth to
-    /// compactions; the peers keep their defaults.
+    /// tphdb gets half of it as `memory_budget_bytes`; the peers keep
+    /// their defaults.
     #[arg(long)]
     pub memory_mb: Option<u64>,
     /// Keys read after each seek (seekrandom).

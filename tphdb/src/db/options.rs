@@ -52,8 +52,14 @@ pub struct Options {
     /// `compaction_memory_bytes` and `block_cache_bytes`: half for memtables
     /// (`2 + max_immutable_memtables` write buffers, each at least 64 KiB:
     /// the active one, the frozen ones, and one for memtables pinned past
-    /// their flush), a quarter for the running compactions and a quarter for
-    /// the block cache. `tph_target_bytes` then keeps at most the defaults'
+    /// their flush), the rest for the running compactions and the block
+    /// cache: a quarter for the cache with the `Pread` and `Direct` read
+    /// modes, a sixteenth with `Mmap`, where it holds only the key-order
+    /// indexes scans load. A level-0 compaction merges as many level-0 TPHs
+    /// as its share of the compactions' memory holds, and rebuilds the
+    /// global index of every level-1 TPH whatever it brings: at 64 MiB, a
+    /// quarter for compactions let it bring one memtable at a time, and
+    /// those rebuilds took most of the CPU of a server under a SET load. `tph_target_bytes` then keeps at most the defaults'
     /// ratio to a write buffer (4), so that level 1 stays in proportion to
     /// what each level-0 compaction brings it. Outside it, and reported apart in
     /// [`crate::DBStats`]: the in-memory index (about 2 bytes a key),
@@ -355,8 +361,13 @@ impl Options {
             self.write_buffer_bytes =
                 (memtables / (2 + self.max_immutable_memtables)).max(64 << 10);
             self.pinned_memtable_bytes = self.write_buffer_bytes;
-            self.compaction_memory_bytes = (budget / 4).max(1);
-            self.block_cache_bytes = budget / 4;
+            // Through mappings the page cache holds the blocks, and the
+            // cache only the key-order indexes scans load.
+            self.block_cache_bytes = match self.read_mode {
+                ReadMode::Mmap => budget / 16,
+                ReadMode::Pread | ReadMode::Direct => budget / 4,
+            };
+            self.compaction_memory_bytes = (budget - memtables - self.block_cache_bytes).max(1);
             self.tph_target_bytes = self
                 .tph_target_bytes
                 .min(TPH_TARGET_PER_WRITE_BUFFER * self.write_buffer_bytes as u64);
@@ -479,14 +490,28 @@ mod tests {
         o.apply_memory_budget();
         assert_eq!(o.write_buffer_bytes, 12 << 20);
         assert_eq!(o.pinned_memtable_bytes, 12 << 20);
-        assert_eq!(o.compaction_memory_bytes, 24 << 20);
-        assert_eq!(o.block_cache_bytes, 24 << 20);
+        assert_eq!(
+            o.block_cache_bytes,
+            6 << 20,
+            "mapped: key-order indexes only"
+        );
+        assert_eq!(o.compaction_memory_bytes, 42 << 20);
         assert_eq!(o.tph_target_bytes, 48 << 20, "four write buffers");
         let total = o.write_buffer_bytes * 3
             + o.pinned_memtable_bytes
             + o.compaction_memory_bytes
             + o.block_cache_bytes;
-        assert!(total <= 96 << 20);
+        assert_eq!(total, 96 << 20);
+        // Read with pread, the cache holds blocks too.
+        let mut o = Options {
+            memory_budget_bytes: Some(96 << 20),
+            max_immutable_memtables: 2,
+            read_mode: ReadMode::Pread,
+            ..Options::default()
+        };
+        o.apply_memory_budget();
+        assert_eq!(o.block_cache_bytes, 24 << 20);
+        assert_eq!(o.compaction_memory_bytes, 24 << 20);
         // Without a budget the options stand as given.
         let mut o = Options::default();
         o.apply_memory_budget();
