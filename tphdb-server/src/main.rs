@@ -1,5 +1,5 @@
 //! `tphdb-server --dir DIR [--bind 127.0.0.1] [--port 6379]`: serves a
-//! tphdb database to Redis clients until SIGTERM or SIGINT.
+//! tphdb database to Redis clients until SIGTERM, SIGINT or `SHUTDOWN`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -124,6 +124,8 @@ pub(crate) struct Shared {
     /// other, a fifth of the server's time under pipelined SETs went to
     /// switching threads.
     pub(crate) write_gate: tokio::sync::Mutex<()>,
+    /// Set by `SHUTDOWN`: the server stops as on SIGTERM.
+    pub(crate) shutdown: watch::Sender<bool>,
 }
 
 /// One connection's own state.
@@ -135,8 +137,9 @@ pub(crate) struct Client {
     pub(crate) gets: Vec<Bytes>,
 }
 
-/// Opens the database and serves until SIGTERM or SIGINT, then flushes
-/// and closes it. Prints `ready on ADDR` once it accepts connections.
+/// Opens the database and serves until SIGTERM, SIGINT or `SHUTDOWN`,
+/// then flushes and closes it. Prints `ready on ADDR` once it accepts
+/// connections.
 pub fn run(cfg: Config) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if cfg.threads > 0 {
@@ -171,12 +174,21 @@ async fn wait_for_signal() {
     }
 }
 
-/// Serves until `stop` turns true; `ready` gets the bound address.
+/// Serves until `stop` turns true or a client sends `SHUTDOWN`; `ready`
+/// gets the bound address.
 pub async fn serve(
     cfg: Config,
     mut stop: watch::Receiver<bool>,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let (shutdown, mut stopping) = watch::channel(false);
+    let from_outside = shutdown.clone();
+    tokio::spawn(async move {
+        // A caller that drops its sender without sending never stops us.
+        if stop.changed().await.is_ok() && *stop.borrow() {
+            let _ = from_outside.send(true);
+        }
+    });
     let mut db_options = cfg.db_options.clone();
     db_options.sync_policy = match cfg.appendfsync {
         Fsync::Always => tphdb::SyncPolicy::EveryWrite,
@@ -199,18 +211,19 @@ pub async fn serve(
         cursors: Mutex::new(commands::Cursors::default()),
         stripes: commands::Stripes::default(),
         write_gate: tokio::sync::Mutex::new(()),
+        shutdown,
     });
     ready(addr);
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = stop.changed() => break,
+            _ = stopping.changed() => break,
             accepted = listener.accept() => {
                 let Ok((stream, peer)) = accepted else { continue };
                 // Reap finished connections as new ones come.
                 while tasks.try_join_next().is_some() {}
                 let shared = shared.clone();
-                let stop = stop.clone();
+                let stop = stopping.clone();
                 tasks.spawn(async move { accept(shared, stream, peer, stop).await });
             }
         }

@@ -353,6 +353,37 @@ fn sigterm_shuts_down_cleanly_and_keeps_everything() {
 }
 
 #[test]
+fn shutdown_stops_the_server_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &["--appendfsync", "no"]);
+    let mut c = server.client();
+    for i in 0..1000 {
+        let _: () = c.set(i, i).unwrap();
+    }
+    // Nothing to abort, and an unknown modifier: errors that stop nothing.
+    let abort = redis::cmd("SHUTDOWN").arg("ABORT").query::<()>(&mut c);
+    assert!(abort
+        .unwrap_err()
+        .to_string()
+        .contains("No shutdown in progress"));
+    let bad = redis::cmd("SHUTDOWN").arg("LATER").query::<()>(&mut c);
+    assert!(bad.unwrap_err().to_string().contains("syntax error"));
+    let _: () = c.set("last", 1).unwrap();
+    // As in Redis, no reply: the connection closes and the server exits.
+    assert!(redis::cmd("SHUTDOWN")
+        .arg("NOSAVE")
+        .query::<()>(&mut c)
+        .is_err());
+    assert!(server.child.wait().unwrap().success());
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    for i in 0..1000 {
+        assert_eq!(c.get::<_, i64>(i).unwrap(), i);
+    }
+    assert_eq!(c.get::<_, i64>("last").unwrap(), 1);
+}
+
+#[test]
 fn redis_cli_and_redis_benchmark_work() {
     if !have("redis-cli", &["--version"]) || !have("redis-benchmark", &["--version"]) {
         return;

@@ -255,9 +255,40 @@ pub(crate) fn execute(shared: &Shared, client: &mut Client, args: &[Bytes], out:
         "client" => client_command(shared, client, args, out),
         "command" => command(args, out),
         "config" => config(shared, args, out),
+        "shutdown" => return shutdown(shared, &args[1..], out),
         _ => out.error("ERR command not implemented"),
     }
     Flow::Continue
+}
+
+/// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: stops the server as
+/// SIGTERM does (connections finish, the database is flushed and closed);
+/// as in Redis the client gets no reply, its connection closes. The
+/// modifiers are accepted and change nothing: every acknowledged write is
+/// in the WAL already, and the close syncs it. There is never a shutdown
+/// to abort.
+fn shutdown(shared: &Shared, args: &[Bytes], out: &mut Out) -> Flow {
+    let mut abort = false;
+    for a in args {
+        match lower(a).as_str() {
+            "nosave" | "save" | "now" | "force" => {}
+            "abort" => abort = true,
+            _ => {
+                syntax_error(out);
+                return Flow::Continue;
+            }
+        }
+    }
+    if abort {
+        if args.len() > 1 {
+            syntax_error(out);
+        } else {
+            out.error("ERR No shutdown in progress.");
+        }
+        return Flow::Continue;
+    }
+    let _ = shared.shutdown.send(true);
+    Flow::Close
 }
 
 /// Keys, estimated: live entries of the tables plus the memtables' entries
