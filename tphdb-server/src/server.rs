@@ -185,7 +185,7 @@ pub async fn serve(
     let from_outside = shutdown.clone();
     tokio::spawn(async move {
         // A caller that drops its sender without sending never stops us.
-        if stop.changed().await.is_ok() && *stop.borrow() {
+        if stop.wait_for(|&stopped| stopped).await.is_ok() {
             let _ = from_outside.send(true);
         }
     });

@@ -59,9 +59,10 @@ pub struct Options {
     /// as its share of the compactions' memory holds, and rebuilds the
     /// global index of every level-1 TPH whatever it brings: at 64 MiB, a
     /// quarter for compactions let it bring one memtable at a time, and
-    /// those rebuilds took most of the CPU of a server under a SET load. `tph_target_bytes` then keeps at most the defaults'
-    /// ratio to a write buffer (4), so that level 1 stays in proportion to
-    /// what each level-0 compaction brings it. Outside it, and reported apart in
+    /// those rebuilds took most of the CPU of a server under a SET load.
+    /// `tph_target_bytes` then keeps at most the defaults' ratio to a write
+    /// buffer (4), so that level 1 stays in proportion to what each level-0
+    /// compaction brings it. Outside it, and reported apart in
     /// [`crate::DBStats`]: the in-memory index (about 2 bytes a key),
     /// iterators' read-ahead (at most 256 KiB each) and the page cache.
     pub memory_budget_bytes: Option<usize>,

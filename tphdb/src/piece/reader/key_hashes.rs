@@ -195,46 +195,44 @@ impl HashSection {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
     use super::*;
     use crate::fs::{mapped_resident_bytes, PosixFs, ReadMode};
     use crate::piece::{write_piece, EntryRef, PieceOptions};
 
-    #[test]
-    fn reading_every_key_hash_leaves_no_mapped_page_resident() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hashes.ph");
-        let keys: Vec<Vec<u8>> = (0..100_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+    /// A piece of the keys `0..n` (big-endian) with `value` each, written
+    /// in `dir` and opened mapped.
+    fn mapped_piece(dir: &Path, n: u32, value: Option<&[u8]>) -> (PathBuf, PieceReader) {
+        let path = dir.join("hashes.ph");
+        let keys: Vec<[u8; 4]> = (0..n).map(u32::to_be_bytes).collect();
         let entries: Vec<EntryRef<'_>> = keys
             .iter()
             .map(|k| EntryRef {
                 key: k,
-                value: Some(b"value"),
+                value,
                 seq: 1,
             })
             .collect();
         write_piece(&PosixFs, &path, &entries, &PieceOptions::default()).unwrap();
         let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
+        (path, r)
+    }
+
+    #[test]
+    fn reading_every_key_hash_leaves_no_mapped_page_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, r) = mapped_piece(dir.path(), 100_000, Some(b"value"));
         let mut n = 0;
         r.for_each_key_hash(|_, _| n += 1).unwrap();
-        assert_eq!(n, keys.len());
+        assert_eq!(n, 100_000);
         assert_eq!(mapped_resident_bytes(&path), 0);
     }
 
     #[test]
     fn passes_over_the_key_hashes_let_go_of_what_they_read() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("passes.ph");
-        let keys: Vec<Vec<u8>> = (0..400_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
-        let entries: Vec<EntryRef<'_>> = keys
-            .iter()
-            .map(|k| EntryRef {
-                key: k,
-                value: None,
-                seq: 1,
-            })
-            .collect();
-        write_piece(&PosixFs, &path, &entries, &PieceOptions::default()).unwrap();
-        let r = PieceReader::open(&PosixFs, &path, ReadMode::Mmap).unwrap();
+        let (path, r) = mapped_piece(dir.path(), 400_000, None);
         let mut cursor = KeyHashCursor::default();
         let (mut n, mut most) = (0, 0);
         // Eight passes over a 6.4 MB section, as a push-down's.
@@ -244,7 +242,7 @@ mod tests {
                 .unwrap();
             most = most.max(mapped_resident_bytes(&path));
         }
-        assert_eq!(n, keys.len());
+        assert_eq!(n, 400_000);
         assert!(cursor.is_done());
         assert!(most < 3 << 20, "at most a release's worth held: {most}");
         r.release_mapped_pages();
