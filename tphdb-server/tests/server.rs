@@ -3,108 +3,16 @@
 //! package. The external tools are skipped when missing unless
 //! `TPHDB_REQUIRE_TOOLS` is set (CI sets it and installs them).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Commands;
 
-struct Server {
-    child: Child,
-    port: u16,
-}
+mod common;
 
-impl Server {
-    fn start(dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tphdb-server"))
-            .arg("--dir")
-            .arg(dir)
-            .args(["--port", "0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        Server { child, port }
-    }
-
-    fn client(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// SIGTERM, then the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        self.signal("-TERM");
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether an external tool is there; panics if it is missing and CI
-/// requires it.
-fn have(tool: &str, probe: &[&str]) -> bool {
-    let ok = Command::new(tool)
-        .args(probe)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("TPHDB_REQUIRE_TOOLS").is_none(),
-            "{tool} is required (TPHDB_REQUIRE_TOOLS)"
-        );
-        eprintln!("skipped: {tool} is not installed");
-    }
-    ok
-}
-
-/// Raw request bytes in, the reply bytes that come back within a moment.
-fn raw(port: u16, request: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    s.write_all(request).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
-    out
-}
+use common::{have, raw, Server};
 
 #[test]
 fn strings_commands_answer_as_redis_does() {
@@ -280,107 +188,6 @@ fn auth_limits_and_protocol_errors() {
         .collect();
     assert!(raw(p, b"PING\r\n").starts_with(b"-ERR max number of clients"));
     drop(held);
-}
-
-/// Every write acknowledged under `--appendfsync always` is there after
-/// the server is killed with SIGKILL in the middle of a load.
-#[test]
-fn acknowledged_writes_survive_sigkill_under_appendfsync_always() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--appendfsync", "always"]);
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..4)
-        .map(|t| {
-            let (acked, stop) = (acked.clone(), stop.clone());
-            let mut c = server.client();
-            std::thread::spawn(move || {
-                for i in 0.. {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let k = format!("t{t}-{i}");
-                    match c.set::<_, _, ()>(&k, i) {
-                        Ok(()) => acked.lock().unwrap().push(k),
-                        Err(_) => break,
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(700));
-    server.signal("-KILL");
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
-    drop(server);
-    let acked = acked.lock().unwrap().clone();
-    assert!(
-        acked.len() > 50,
-        "only {} writes before the kill",
-        acked.len()
-    );
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
-    let missing: Vec<&String> = acked
-        .iter()
-        .filter(|k| !c.exists::<_, bool>(k.as_str()).unwrap())
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {} acknowledged writes lost",
-        missing.len(),
-        acked.len()
-    );
-}
-
-/// SIGTERM lets connections finish, flushes and closes the database.
-#[test]
-fn sigterm_shuts_down_cleanly_and_keeps_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--appendfsync", "no"]);
-    let mut c = server.client();
-    for i in 0..1000 {
-        let _: () = c.set(i, i).unwrap();
-    }
-    assert!(server.stop().success());
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
-    for i in 0..1000 {
-        assert_eq!(c.get::<_, i64>(i).unwrap(), i);
-    }
-}
-
-#[test]
-fn shutdown_stops_the_server_and_keeps_everything() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path(), &["--appendfsync", "no"]);
-    let mut c = server.client();
-    for i in 0..1000 {
-        let _: () = c.set(i, i).unwrap();
-    }
-    // Nothing to abort, and an unknown modifier: errors that stop nothing.
-    let abort = redis::cmd("SHUTDOWN").arg("ABORT").query::<()>(&mut c);
-    assert!(abort
-        .unwrap_err()
-        .to_string()
-        .contains("No shutdown in progress"));
-    let bad = redis::cmd("SHUTDOWN").arg("LATER").query::<()>(&mut c);
-    assert!(bad.unwrap_err().to_string().contains("syntax error"));
-    let _: () = c.set("last", 1).unwrap();
-    // As in Redis, no reply: the connection closes and the server exits.
-    assert!(redis::cmd("SHUTDOWN")
-        .arg("NOSAVE")
-        .query::<()>(&mut c)
-        .is_err());
-    assert!(server.child.wait().unwrap().success());
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
-    for i in 0..1000 {
-        assert_eq!(c.get::<_, i64>(i).unwrap(), i);
-    }
-    assert_eq!(c.get::<_, i64>("last").unwrap(), 1);
 }
 
 #[test]
