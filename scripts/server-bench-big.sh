@@ -13,7 +13,7 @@
 #   redis-server and redis-benchmark)
 #
 # TPHDB_SERVER_ARGS adds flags to tphdb-server's command line (e.g.
-# --low-priority-compactions); SKIP_REDIS=1 measures tphdb-server alone,
+# --compaction-priority normal); SKIP_REDIS=1 measures tphdb-server alone,
 # to compare its builds or flags run after run.
 set -u
 repo="$(cd "$(dirname "$0")/.." && pwd)"

@@ -51,15 +51,24 @@ struct Args {
     /// cache; the index is apart). Default: tphdb's own defaults.
     #[arg(long)]
     memory_mb: Option<usize>,
-    /// Run compactions at the lowest CPU priority (nice 19), so that
-    /// requests take the CPU first.
-    #[arg(long)]
-    low_priority_compactions: bool,
+    /// The compactions' CPU priority: `low` runs them at nice 19, so that
+    /// requests take the CPU first; `low-without-writes` runs at nice 19
+    /// those that start once no write arrived for 100 ms.
+    #[arg(long, value_enum, default_value_t = Priority::LowWithoutWrites)]
+    compaction_priority: Priority,
     /// Entries a block of a new piece holds at most (the database's
     /// `max_block_slots`): fewer make gets of small values faster for more
     /// index memory. Default: tphdb's own (8).
     #[arg(long)]
     max_block_slots: Option<usize>,
+}
+
+/// `tphdb::CompactionPriority`, as a flag's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Priority {
+    Normal,
+    Low,
+    LowWithoutWrites,
 }
 
 /// jemalloc: its background thread returns freed pages after a second
@@ -73,7 +82,11 @@ fn main() {
     let a = Args::parse();
     let db_options = tphdb::Options {
         memory_budget_bytes: a.memory_mb.map(|m| m << 20),
-        low_priority_compactions: a.low_priority_compactions,
+        compaction_priority: match a.compaction_priority {
+            Priority::Normal => tphdb::CompactionPriority::Normal,
+            Priority::Low => tphdb::CompactionPriority::Low,
+            Priority::LowWithoutWrites => tphdb::CompactionPriority::LowWithoutWrites,
+        },
         max_block_slots: a
             .max_block_slots
             .unwrap_or(tphdb::Options::default().max_block_slots),

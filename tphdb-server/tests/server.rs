@@ -85,6 +85,7 @@ fn strings_commands_answer_as_redis_does() {
         "write_amplification:",
         "running_jobs:",
         "compaction_pending:",
+        "low_priority_compactions:",
         "bytes_written_by_cause:wal=",
         "compaction_bytes_read_by_cause:l0_merge=",
     ] {

@@ -39,9 +39,9 @@ mod version;
 
 pub use batch::WriteBatch;
 pub use db::{
-    prefix_bounds, BulkLoader, CompactionReads, DBIterator, DBRawIterator, DBStats, Direction,
-    FileCheck, IngestReport, IteratorMode, LevelStats, Options, ReadOptions, RepairReport,
-    Snapshot, SyncPolicy, VerifyReport, WriteBreakdown, WriteOptions, DB,
+    prefix_bounds, BulkLoader, CompactionPriority, CompactionReads, DBIterator, DBRawIterator,
+    DBStats, Direction, FileCheck, IngestReport, IteratorMode, LevelStats, Options, ReadOptions,
+    RepairReport, Snapshot, SyncPolicy, VerifyReport, WriteBreakdown, WriteOptions, DB,
 };
 pub use error::{Error, Result};
 pub use fs::ReadMode;

@@ -8,12 +8,14 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tphdb::fs::{MemFs, ReadMode};
-use tphdb::{Direction, IteratorMode, Options, ReadOptions, WriteBatch, DB};
+use tphdb::{CompactionPriority, Direction, IteratorMode, Options, ReadOptions, WriteBatch, DB};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {
+    /// Compactions that start 1 ms after the last write seen run at low
+    /// priority, on threads of their own, beside normal ones.
     Leveled,
     OneLevel,
     SingleTier,
@@ -71,6 +73,12 @@ fn options(mode: Mode, fs: &MemFs) -> Options {
         } else {
             Options::default().compaction_memory_bytes
         },
+        compaction_priority: if matches!(mode, Mode::Leveled) {
+            CompactionPriority::LowWithoutWrites
+        } else {
+            CompactionPriority::Normal
+        },
+        compaction_idle_millis: 1,
         file_system: Some(Arc::new(fs.clone())),
         ..Options::default()
     }

@@ -1,11 +1,14 @@
-//! `low_priority_compactions` lowers the compaction threads' CPU priority
-//! and no other thread's. Alone in its binary: it reads the nice value of
-//! every thread of the process by name.
+//! `compaction_priority` lowers the compaction threads' CPU priority and no
+//! other thread's. Alone in its binary: it reads the nice value of every
+//! thread of the process by name, so its tests run one at a time.
 #![cfg(target_os = "linux")]
 
 use std::time::{Duration, Instant};
 
-use tphdb::{Options, DB};
+use tphdb::{CompactionPriority, Options, DB};
+
+/// Held by each test: the other's database has threads of the same names.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The nice value in a thread's `stat`.
 fn nice_in(stat: &str) -> i64 {
@@ -39,13 +42,32 @@ fn nice_of(prefix: &str) -> Vec<i64> {
         .collect()
 }
 
+/// Waits until the threads named `prefix*` are `count` and all at `nice`
+/// (a pool's threads lower themselves as they start); returns their nice
+/// values.
+fn wait_for_nice(prefix: &str, count: usize, nice: i64) -> Vec<i64> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = nice_of(prefix);
+        if (found.len() == count && found.iter().all(|&n| n == nice)) || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn low_priority_compactions_lower_only_the_compaction_threads() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let own = nice_in(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
     for low in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let opts = Options {
-            low_priority_compactions: low,
+            compaction_priority: if low {
+                CompactionPriority::Low
+            } else {
+                CompactionPriority::Normal
+            },
             background_threads: 2,
             ..Options::default()
         };
@@ -55,19 +77,10 @@ fn low_priority_compactions_lower_only_the_compaction_threads() {
         }
         db.compact_range(None, None).unwrap();
         let want = if low { 19 } else { own };
-        // The pool's threads lower themselves as they start.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let compaction = loop {
-            let nice = nice_of("tphdb-bg-");
-            if (nice.len() == 2 && nice.iter().all(|&n| n == want)) || Instant::now() > deadline {
-                break nice;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
         assert_eq!(
-            compaction,
+            wait_for_nice("tphdb-bg-", 2, want),
             vec![want, want],
-            "low_priority_compactions {low}"
+            "low priority {low}"
         );
         assert_eq!(nice_of("tphdb-flush-"), vec![own]);
         assert_eq!(
@@ -76,4 +89,70 @@ fn low_priority_compactions_lower_only_the_compaction_threads() {
         );
         db.close().unwrap();
     }
+}
+
+/// Under `LowWithoutWrites`, the compactions of a write load run on the
+/// normal threads, and those that start once writes stopped (here: at
+/// open, before any write) on the low-priority ones.
+#[test]
+fn compactions_start_at_low_priority_once_writes_stop() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let own = nice_in(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        compaction_priority: CompactionPriority::LowWithoutWrites,
+        // Long enough that the load never looks idle between writes.
+        compaction_idle_millis: 60_000,
+        background_threads: 2,
+        write_buffer_bytes: 64 << 10,
+        l0_compaction_trigger: 4,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let value = [7u8; 100];
+    for i in 0..20_000u32 {
+        db.put(i.to_be_bytes(), value).unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    let st = db.stats();
+    assert!(st.compactions > 0, "the load compacted");
+    assert_eq!(st.low_priority_compactions, 0, "while writes arrive");
+    // Three level-0 TPHs wait below the trigger.
+    db.compact_range(None, None).unwrap();
+    for round in 0..3u32 {
+        for i in 0..100u32 {
+            db.put((round * 100 + i).to_be_bytes(), value).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    assert_eq!(db.stats().levels[0].tphs, 3);
+    db.close().unwrap();
+    // Reopened with a trigger that makes level 0 due at once: no write
+    // has arrived since the open.
+    let opts = Options {
+        l0_compaction_trigger: 2,
+        ..opts
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    db.wait_for_compactions().unwrap();
+    let st = db.stats();
+    assert!(st.low_priority_compactions > 0, "{st:?}");
+    assert_eq!(st.levels[0].tphs, 0, "level 0 merged");
+    assert_eq!(wait_for_nice("tphdb-bg-low-", 2, 19), vec![19, 19]);
+    assert_eq!(
+        nice_of("tphdb-bg-")
+            .into_iter()
+            .filter(|&n| n == own)
+            .count(),
+        2,
+        "the normal pool keeps the caller's priority"
+    );
+    for i in (0..20_000u32).step_by(997) {
+        assert_eq!(
+            db.get(i.to_be_bytes()).unwrap().as_deref(),
+            Some(&value[..])
+        );
+    }
+    db.close().unwrap();
 }

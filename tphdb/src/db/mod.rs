@@ -36,7 +36,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use ingest::{BulkLoader, IngestReport};
 pub use iter::{prefix_bounds, DBIterator, DBRawIterator, Direction, IteratorMode, ReadOptions};
-pub use options::{Options, SyncPolicy, WriteOptions};
+pub use options::{CompactionPriority, Options, SyncPolicy, WriteOptions};
 pub use read::Snapshot;
 pub use repair::{FileCheck, RepairReport, VerifyReport};
 pub use stats::{CompactionReads, DBStats, LevelStats, WriteBreakdown};
@@ -77,6 +77,8 @@ pub(crate) struct State {
     pub(crate) bg_error: Option<String>,
     /// Jobs failing for lack of space, and when they retry.
     pub(crate) space: OutOfSpace,
+    /// The writes the scheduler has seen, for low-priority compactions.
+    pub(crate) writes_seen: jobs::priority::WritesSeen,
     /// Files the last applied edit made obsolete. They are deleted once the
     /// next edit is durable: a crash can tear only the last MANIFEST record,
     /// and then the version before it must still have all its files.
@@ -211,6 +213,9 @@ pub(crate) struct Inner {
     /// with the WAL lock held.
     pub(crate) write_delay: Mutex<write_delay::WriteDelay>,
     pub(crate) pool: rayon::ThreadPool,
+    /// With `CompactionPriority::LowWithoutWrites`, the compactions that
+    /// start once writes stopped run here instead.
+    pub(crate) low_priority: Option<jobs::priority::LowPriority>,
     /// Flushes run here, never queued behind a long compaction on `pool`:
     /// writers wait for flushes when frozen memtables pile up.
     pub(crate) flush_pool: rayon::ThreadPool,

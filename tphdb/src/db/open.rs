@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::stats::Stats;
 use super::write::{WalWriter, WriteQueue};
-use super::{Inner, Options, State, SuperVersion, SyncPolicy, Versions};
+use super::{CompactionPriority, Inner, Options, State, SuperVersion, SyncPolicy, Versions};
 use crate::error::{Error, Result};
 use crate::filename::{
     is_flushed_wal, parse, path, unflushed_wals, wal_name, FileKind, CURRENT, LOCK,
@@ -23,6 +23,7 @@ use crate::piece::{BlockCache, PieceOptions};
 use crate::tph::PieceReads;
 use crate::version::{Layout, RecoveredState, Version, VersionEdit, VersionSet};
 
+use super::jobs::priority::LowPriority;
 use super::jobs::Job;
 use super::replay::replay_wals;
 
@@ -103,6 +104,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         bg_error: None,
         space: Default::default(),
         deferred: Default::default(),
+        writes_seen: Default::default(),
     };
     let sv = SuperVersion {
         mem,
@@ -161,6 +163,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         wals_flushed_below: AtomicU64::new(recovered.state.log_number),
         stats,
         pool: pools.compaction,
+        low_priority: pools.low_priority,
         flush_pool: pools.flush,
         io_pool: pools.io,
         shutting_down: AtomicBool::new(false),
@@ -343,6 +346,7 @@ fn start_writable(
 /// The background threads of a database.
 struct ThreadPools {
     compaction: rayon::ThreadPool,
+    low_priority: Option<LowPriority>,
     flush: rayon::ThreadPool,
     io: Option<Arc<rayon::ThreadPool>>,
 }
@@ -368,8 +372,21 @@ impl ThreadPools {
         } else {
             Some(Arc::new(pool(opts.scan_io_threads, "io")?))
         };
+        let threads = opts.background_threads;
+        let low_priority = match opts.compaction_priority {
+            CompactionPriority::LowWithoutWrites => Some(LowPriority::new(
+                pool_of(threads, "bg-low", true)?,
+                Duration::from_millis(opts.compaction_idle_millis),
+            )),
+            _ => None,
+        };
         Ok(ThreadPools {
-            compaction: pool_of(opts.background_threads, "bg", opts.low_priority_compactions)?,
+            compaction: pool_of(
+                threads,
+                "bg",
+                opts.compaction_priority == CompactionPriority::Low,
+            )?,
+            low_priority,
             flush: pool(1, "flush")?,
             io,
         })

@@ -22,6 +22,27 @@ pub enum SyncPolicy {
     Never,
 }
 
+/// The CPU priority of the compaction threads (flushes keep the caller's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CompactionPriority {
+    /// The caller's priority, as RocksDB's compaction threads have.
+    #[default]
+    Normal,
+    /// The lowest (nice 19, as RocksDB's `LowerThreadPoolCPUPriority` with
+    /// `CpuPriority::kLow`): reads and writes take the CPU first and
+    /// compactions the rest, also while writers wait for them. Writers
+    /// still slow down and stop when compactions fall behind.
+    Low,
+    /// The lowest for compactions that start once no write arrived for
+    /// [`Options::compaction_idle_millis`], the caller's for the others:
+    /// a write load's compactions keep pace with it, and the reads that
+    /// follow do not compete for the CPU with the backlog it left. The
+    /// low-priority compactions run on threads of their own and never
+    /// beside full-share ones (see `docs/design.md`).
+    LowWithoutWrites,
+}
+
 /// Options of a database. Defaults follow the CompassDB paper, but for
 /// memtable sizes (see `docs/design.md`). Each field says its default;
 /// sizes are in bytes and say so in their names.
@@ -185,14 +206,13 @@ pub struct Options {
     /// Threads for compactions, a fixed pool (2; at least 1); flushes have
     /// a thread of their own besides.
     pub background_threads: usize,
-    /// Run the compaction threads at the lowest CPU priority (nice 19, as
-    /// RocksDB's `LowerThreadPoolCPUPriority` with `CpuPriority::kLow`;
-    /// false). Reads and writes then take the CPU first, and compactions
-    /// the rest: for a server whose requests and compactions share few
-    /// cores. Writers still slow down and stop when compactions fall
-    /// behind. Flushes keep the caller's priority. Linux only; elsewhere
-    /// it does nothing.
-    pub low_priority_compactions: bool,
+    /// The compaction threads' CPU priority ([`CompactionPriority::Normal`]):
+    /// lower, for a server whose requests and compactions share few cores.
+    /// Linux only; elsewhere every thread keeps the caller's priority.
+    pub compaction_priority: CompactionPriority,
+    /// How long no write must have arrived before a compaction starts at
+    /// low priority under [`CompactionPriority::LowWithoutWrites`] (100).
+    pub compaction_idle_millis: u64,
     /// Threads iterators use to read blocks and seek pieces in parallel
     /// with the `Pread` and `Direct` read modes (16: reads block, so more
     /// threads than cores keep more reads in flight). Unused with `Mmap`;
@@ -283,7 +303,8 @@ impl Default for Options {
             bottom_field_bits: 0,
             compaction_memory_bytes: 128 << 20,
             background_threads: 2,
-            low_priority_compactions: false,
+            compaction_priority: CompactionPriority::Normal,
+            compaction_idle_millis: 100,
             scan_io_threads: 16,
             page_size_bytes: 4096,
             max_block_slots: crate::piece::DEFAULT_MAX_BLOCK_SLOTS,
@@ -330,7 +351,8 @@ impl fmt::Debug for Options {
             .field("bottom_field_bits", &self.bottom_field_bits)
             .field("compaction_memory_bytes", &self.compaction_memory_bytes)
             .field("background_threads", &self.background_threads)
-            .field("low_priority_compactions", &self.low_priority_compactions)
+            .field("compaction_priority", &self.compaction_priority)
+            .field("compaction_idle_millis", &self.compaction_idle_millis)
             .field("scan_io_threads", &self.scan_io_threads)
             .field("page_size_bytes", &self.page_size_bytes)
             .field("max_block_slots", &self.max_block_slots)

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::install::{discard, Change};
+use super::jobs::priority::Start;
 use super::Inner;
 use crate::compaction::TphId;
 use crate::error::{Error, Result};
@@ -110,12 +111,17 @@ impl Inner {
     /// also while shutting down: parked jobs count as running.
     pub(super) fn resume_push_downs(self: &Arc<Self>, st: &mut super::State) {
         let ids: Vec<TphId> = st.push_downs.parked.keys().copied().collect();
+        if ids.is_empty() {
+            return;
+        }
+        let start = self.compaction_start(st);
+        if start == Start::Wait {
+            return; // until the normal jobs end
+        }
         for id in ids {
             if st.running.resume(id, &self.policy) {
                 self.note_running_compactions(st);
-                let inner = self.clone();
-                self.pool
-                    .spawn(move || inner.run_job(super::jobs::Job::FinishPushDown(id)));
+                self.spawn_job(super::jobs::Job::FinishPushDown(id), start == Start::Low);
             }
         }
     }

@@ -39,6 +39,7 @@ pub(crate) struct Stats {
     pub(crate) push_downs_overlapped: AtomicU64,
     pub(crate) push_down_waits: AtomicU64,
     pub(crate) peak_running_compactions: AtomicU64,
+    pub(crate) low_priority_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
     pub(crate) open_micros: AtomicU64,
     pub(crate) wal_replayed_batches: AtomicU64,
@@ -285,6 +286,10 @@ pub struct DBStats {
     /// The most compactions (level-0 merges, push-downs, folds) that held
     /// a background thread at once: at most `background_threads`.
     pub peak_running_compactions: u64,
+    /// Compactions (and ends of parked push-downs) that started at low
+    /// priority once writes stopped
+    /// (`CompactionPriority::LowWithoutWrites`).
+    pub low_priority_compactions: u64,
     /// Flushes and compactions running now.
     pub running_jobs: u64,
     /// Whether a flush or compaction is due that has not started
@@ -453,6 +458,7 @@ impl Inner {
             push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
             push_down_waits: s.push_down_waits.load(Relaxed),
             peak_running_compactions: s.peak_running_compactions.load(Relaxed),
+            low_priority_compactions: s.low_priority_compactions.load(Relaxed),
             running_jobs,
             work_pending,
             stall_micros: s.stall_micros.load(Relaxed),

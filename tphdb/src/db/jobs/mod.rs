@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use self::priority::Start;
 use super::delta::{memtables_delta, merge_memory};
 use super::install::Change;
 use super::{Inner, State};
@@ -21,6 +22,8 @@ use crate::error::{Error, Result};
 use crate::memtable::MemTable;
 use crate::tph::{merge, MergeContext, MergeOutcome, Tph};
 use crate::version::{Version, VersionEdit};
+
+pub(crate) mod priority;
 
 /// Work for the background pool.
 #[derive(Debug)]
@@ -98,14 +101,51 @@ impl Inner {
             return;
         }
         st.space.retry_at = None;
-        while let Some(job) = self.pick(st) {
+        let start = self.compaction_start(st);
+        while let Some(job) = self.pick(st, start != Start::Wait) {
             st.running_jobs += 1;
-            let inner = self.clone();
-            let pool = match job {
-                Job::Flush(_) => &self.flush_pool,
-                _ => &self.pool,
-            };
-            pool.spawn(move || inner.run_job(job));
+            self.spawn_job(job, start == Start::Low);
+        }
+    }
+
+    /// Where a compaction may start now (see [`priority`]).
+    pub(super) fn compaction_start(&self, st: &mut State) -> Start {
+        self.low_priority.as_ref().map_or(Start::Normal, |l| {
+            let writes = self.stats.writes.load(Ordering::Relaxed);
+            l.start(&mut st.writes_seen, writes, Instant::now())
+        })
+    }
+
+    /// Runs `job` on its pool: a flush on the flush thread, a compaction on
+    /// the low-priority pool if `low` (and there is one).
+    pub(super) fn spawn_job(self: &Arc<Self>, job: Job, low: bool) {
+        let inner = self.clone();
+        let pool = match (&job, &self.low_priority) {
+            (Job::Flush(_), _) => &self.flush_pool,
+            (_, Some(l)) => {
+                l.started(low);
+                if low {
+                    self.stats
+                        .low_priority_compactions
+                        .fetch_add(1, Ordering::Relaxed);
+                    &l.pool
+                } else {
+                    &self.pool
+                }
+            }
+            (_, None) => &self.pool,
+        };
+        pool.spawn(move || inner.run_job(job));
+    }
+
+    /// The memory one merge on the calling thread may hold for the pieces
+    /// it folds, and again for the index it builds: a quarter of a job's
+    /// share, halved on the low-priority pool and beside it.
+    pub(super) fn merge_memory_now(&self) -> u64 {
+        let full = self.opts.merge_memory_bytes();
+        match &self.low_priority {
+            Some(l) => (full * l.merge_halves(&self.pool) / 2).max(1),
+            None => full,
         }
     }
 
@@ -127,10 +167,13 @@ impl Inner {
         compaction::pick(&self.shape(st), st.imms.len(), &st.running, &self.policy).is_some()
     }
 
-    /// The next job, marked as running.
-    fn pick(&self, st: &mut State) -> Option<Job> {
+    /// The next job, marked as running; only a flush unless `compactions`.
+    fn pick(&self, st: &mut State, compactions: bool) -> Option<Job> {
         let shape = self.shape(st);
         let work = compaction::pick(&shape, st.imms.len(), &st.running, &self.policy)?;
+        if !compactions && work != Work::Flush {
+            return None;
+        }
         let source = match work {
             Work::PushDown(id) => Some(st.current().tph(id.level, id.partition)?.clone()),
             _ => None,
@@ -180,6 +223,7 @@ impl Inner {
                 .compaction_micros
                 .fetch_add(micros, Ordering::Relaxed);
             let mut st = self.state.lock();
+            self.body_ended();
             self.resume_push_downs(&mut st);
             self.maybe_schedule(&mut st);
             return;
@@ -212,6 +256,7 @@ impl Inner {
                 st.push_downs.finish(id);
             }
         }
+        self.body_ended();
         self.resume_push_downs(&mut st);
         let micros = start.elapsed().as_micros() as u64;
         let spent = if flush {
@@ -227,6 +272,14 @@ impl Inner {
         }
         drop(st);
         self.bg_cv.notify_all();
+    }
+
+    /// Counts the end of the job body on the calling thread, before the
+    /// state lock that holds it is let go: the next pick sees its pool free.
+    fn body_ended(&self) {
+        if let Some(l) = &self.low_priority {
+            l.ended(&self.pool);
+        }
     }
 
     /// Moves the oldest flushed memtables that snapshots and iterators still
@@ -418,9 +471,9 @@ impl Inner {
             .then_some(self.opts.tph_target_bytes),
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
-            fold_memory_bytes: self.opts.merge_memory_bytes(),
+            fold_memory_bytes: self.merge_memory_now(),
             new_number: number,
-            index_memory_bytes: self.opts.merge_memory_bytes() as usize,
+            index_memory_bytes: self.merge_memory_now() as usize,
             hashes: match level {
                 0 => 0..=u64::MAX,
                 _ => {
