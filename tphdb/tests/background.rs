@@ -159,3 +159,51 @@ fn a_settled_database_keeps_no_obsolete_pieces() {
         "{on_disk} piece files for {pieces_used} pieces in {tphs} TPHs"
     );
 }
+
+/// Regression: in one-level mode level 1 gets a level below it once its
+/// first TPH passes its push-down threshold, but its merges counted on
+/// `tph_target_bytes` before that and folded their pieces in size tiers
+/// (every piece at once) a few flushes before the new level took them: a
+/// 16M x 1 KiB one-level fill's flush then rewrote 650 MB of level 1 and
+/// writes stood still for two seconds. Until level 2 opens, a flush now
+/// folds only what the piece count needs: one piece per TPH.
+#[test]
+fn one_level_flushes_before_the_level_below_fold_one_piece_per_tph() {
+    let dir = tempfile::tempdir().unwrap();
+    let (keys_per_flush, value) = (2_000u32, [5u8; 100]);
+    // Each flush brings each of the two level-1 TPHs about 1,000 entries
+    // of some 120 bytes: the target is ten and a half of those deltas, so
+    // size tiers would pay before the target (9 deltas and more) but not
+    // before the lowest threshold, three quarters of it.
+    let delta = u64::from(keys_per_flush) / 2 * 120;
+    let opts = Options {
+        one_level: true,
+        fanout: 2,
+        max_pieces: 4,
+        tph_target_bytes: delta * 21 / 2,
+        write_buffer_bytes: 64 << 20,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let mut folded = 0;
+    for round in 0..30u32 {
+        for i in 0..keys_per_flush {
+            db.put((round * keys_per_flush + i).to_be_bytes(), value)
+                .unwrap();
+        }
+        db.flush().unwrap();
+        db.wait_for_compactions().unwrap();
+        let st = db.stats();
+        if st.levels.len() > 2 {
+            assert!(round > 5, "level 2 opened after {round} flushes");
+            return;
+        }
+        assert!(
+            st.pieces_folded - folded <= 2,
+            "flush {round} folded {} pieces",
+            st.pieces_folded - folded
+        );
+        folded = st.pieces_folded;
+    }
+    panic!("level 2 never opened");
+}

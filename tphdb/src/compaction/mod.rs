@@ -16,5 +16,7 @@ mod tests;
 mod victims;
 
 pub(crate) use picker::{level1_due, one_level_backlog, pick, Running, Work};
-pub(crate) use shape::{may_deepen, push_down_threshold, should_deepen, Policy, Shape, TphId};
+pub(crate) use shape::{
+    deepens_near, may_deepen, push_down_threshold, should_deepen, Policy, Shape, TphId,
+};
 pub(crate) use victims::{pick_gc_victims, pick_victims, PieceLife};

@@ -165,6 +165,21 @@ pub(crate) fn may_deepen(policy: &Policy, fanout: u64, depth: u32) -> bool {
     depth < deepest && partitions_fit(fanout, depth + 1)
 }
 
+/// About the size a bottom TPH has when its level gets one below it (see
+/// [`should_deepen`]): the target, or in one-level mode the lowest
+/// push-down threshold, which the first of level 1's TPHs (all growing
+/// alike) passes. Counting on the target there, a 16M x 1 KiB one-level
+/// fill's level-1 TPHs folded all 16 pieces (650 MB) in one flush a few
+/// flushes before the level below took them, and writes stood still for
+/// two seconds.
+pub(crate) fn deepens_near(policy: &Policy, fanout: u64) -> u64 {
+    if policy.one_level {
+        push_down_threshold(policy.tph_target_bytes, fanout, 0)
+    } else {
+        policy.tph_target_bytes
+    }
+}
+
 /// Whether the bottom level should get a level below it: its TPHs average
 /// more than the target size (in one-level mode, one of them passes its
 /// push-down threshold), and one more level fits. Every TPH is then

@@ -468,7 +468,7 @@ impl Inner {
             bottom_pushed_near: (level >= 1
                 && bottom
                 && compaction::may_deepen(&self.policy, u64::from(self.opts.fanout), level))
-            .then_some(self.opts.tph_target_bytes),
+            .then(|| compaction::deepens_near(&self.policy, u64::from(self.opts.fanout))),
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
             fold_memory_bytes: self.merge_memory_now(),
