@@ -445,6 +445,9 @@ impl Inner {
         bottom: bool,
         number: u64,
     ) -> MergeContext<'_> {
+        // One share for the folds and one for the index, read once so
+        // that both are the same.
+        let merge_memory = self.merge_memory_now();
         MergeContext {
             fs: &self.fs,
             dir: &self.dir,
@@ -471,9 +474,9 @@ impl Inner {
             .then(|| compaction::deepens_near(&self.policy, u64::from(self.opts.fanout))),
             min_live_ratio: self.opts.min_live_ratio,
             gc_input_bytes: None,
-            fold_memory_bytes: self.merge_memory_now(),
+            fold_memory_bytes: merge_memory,
             new_number: number,
-            index_memory_bytes: self.merge_memory_now() as usize,
+            index_memory_bytes: merge_memory as usize,
             hashes: match level {
                 0 => 0..=u64::MAX,
                 _ => {
