@@ -41,6 +41,9 @@ pub(crate) struct Stats {
     pub(crate) peak_running_compactions: AtomicU64,
     pub(crate) low_priority_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
+    /// Writers in a stall or a delay now: writes are not idle while they
+    /// wait, whatever the count of writes does.
+    pub(crate) writers_stalled: AtomicU64,
     pub(crate) open_micros: AtomicU64,
     pub(crate) wal_replayed_batches: AtomicU64,
     pub(crate) wal_dropped_bytes: AtomicU64,

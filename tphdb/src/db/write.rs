@@ -276,8 +276,10 @@ impl Inner {
                 // Waiting for jobs that cannot get space would never end.
                 space.check(&st)?;
                 let t = Instant::now();
+                self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
                 self.maybe_schedule(&mut st);
                 self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
+                self.stats.writers_stalled.fetch_sub(1, Ordering::Relaxed);
                 self.stats
                     .stall_micros
                     .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -302,7 +304,9 @@ impl Inner {
                     .delay(backlog, near_stop, bytes, Instant::now());
                 if !wait.is_zero() {
                     drop(st);
+                    self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(wait);
+                    self.stats.writers_stalled.fetch_sub(1, Ordering::Relaxed);
                     self.stats
                         .stall_micros
                         .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);

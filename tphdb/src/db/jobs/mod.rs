@@ -112,7 +112,8 @@ impl Inner {
     pub(super) fn compaction_start(&self, st: &mut State) -> Start {
         self.low_priority.as_ref().map_or(Start::Normal, |l| {
             let writes = self.stats.writes.load(Ordering::Relaxed);
-            l.start(&mut st.writes_seen, writes, Instant::now())
+            let stalled = self.stats.writers_stalled.load(Ordering::Relaxed) > 0;
+            l.start(&mut st.writes_seen, writes, stalled, Instant::now())
         })
     }
 

@@ -45,8 +45,19 @@ impl LowPriority {
     }
 
     /// Where a compaction may start now, given what the scheduler has seen
-    /// of the writes.
-    pub(crate) fn start(&self, writes: &mut WritesSeen, count: u64, now: Instant) -> Start {
+    /// of the writes: their `count` so far, and whether writers wait in a
+    /// stall or a delay (`stalled`), which is no idleness: the jobs they
+    /// wait for keep normal priority however long no write completes.
+    pub(crate) fn start(
+        &self,
+        writes: &mut WritesSeen,
+        count: u64,
+        stalled: bool,
+        now: Instant,
+    ) -> Start {
+        if stalled {
+            writes.changed_at = Some(now);
+        }
         if !writes.idle(count, now, self.idle_after) {
             Start::Normal
         } else if self.normal_running.load(Ordering::Acquire) > 0 {
@@ -154,31 +165,58 @@ mod tests {
     }
 
     #[test]
+    fn writers_waiting_in_a_stall_keep_compactions_at_normal_priority() {
+        let normal = pool(1);
+        let low = LowPriority::new(pool(1), Duration::from_millis(100));
+        let mut w = WritesSeen::default();
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(low.start(&mut w, 1, false, t0), Start::Normal);
+        // No write completed for a second, but writers wait for compactions.
+        assert_eq!(low.start(&mut w, 1, true, later), Start::Normal);
+        let after = later + Duration::from_millis(150);
+        assert_eq!(
+            low.start(&mut w, 1, false, after),
+            Start::Low,
+            "idle since the stall"
+        );
+        normal.install(|| {
+            low.started(false);
+            assert_eq!(low.start(&mut w, 1, true, after), Start::Normal);
+            low.ended(&normal);
+        });
+    }
+
+    #[test]
     fn low_priority_jobs_wait_for_the_normal_ones_and_halve_every_share_beside_them() {
         let normal = pool(2);
         let low = LowPriority::new(pool(2), Duration::from_millis(100));
         let mut w = WritesSeen::default();
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(1);
-        assert_eq!(low.start(&mut w, 1, t0), Start::Normal, "writes just seen");
+        assert_eq!(
+            low.start(&mut w, 1, false, t0),
+            Start::Normal,
+            "writes just seen"
+        );
         normal.install(|| {
             low.started(false);
             assert_eq!(low.merge_halves(&normal), 2, "no low job runs");
         });
         assert_eq!(
-            low.start(&mut w, 1, later),
+            low.start(&mut w, 1, false, later),
             Start::Wait,
             "a normal job runs"
         );
         normal.install(|| low.ended(&normal));
-        assert_eq!(low.start(&mut w, 1, later), Start::Low);
+        assert_eq!(low.start(&mut w, 1, false, later), Start::Low);
         low.pool.install(|| {
             low.started(true);
             assert_eq!(low.merge_halves(&normal), 1, "on the low pool");
         });
         // Writes are back: a normal job starts beside the low one, on half
         // a share.
-        assert_eq!(low.start(&mut w, 2, later), Start::Normal);
+        assert_eq!(low.start(&mut w, 2, false, later), Start::Normal);
         normal.install(|| assert_eq!(low.merge_halves(&normal), 1));
         assert_eq!(low.merge_halves(&normal), 2, "off both pools");
         low.pool.install(|| low.ended(&normal));
