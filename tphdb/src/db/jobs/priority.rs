@@ -45,9 +45,7 @@ impl LowPriority {
     }
 
     /// Where a compaction may start now, given what the scheduler has seen
-    /// of the writes: their `count` so far, and whether writers wait in a
-    /// stall or a delay (`stalled`), which is no idleness: the jobs they
-    /// wait for keep normal priority however long no write completes.
+    /// of the writes (see [`WritesSeen::idle`]).
     pub(crate) fn start(
         &self,
         writes: &mut WritesSeen,
@@ -55,10 +53,7 @@ impl LowPriority {
         stalled: bool,
         now: Instant,
     ) -> Start {
-        if stalled {
-            writes.changed_at = Some(now);
-        }
-        if !writes.idle(count, now, self.idle_after) {
+        if !writes.idle(count, stalled, now, self.idle_after) {
             Start::Normal
         } else if self.normal_running.load(Ordering::Acquire) > 0 {
             Start::Wait
@@ -124,11 +119,21 @@ pub(crate) struct WritesSeen {
 }
 
 impl WritesSeen {
-    /// Whether no write arrived for `idle_after`. Only the count is known,
-    /// so a change counts from the call that first sees it (never earlier
-    /// than the write); before any write, writes are idle.
-    pub(crate) fn idle(&mut self, count: u64, now: Instant, idle_after: Duration) -> bool {
-        if count != self.count {
+    /// Whether no write arrived for `idle_after`, given the writes' `count`
+    /// so far and whether writers wait in a stall or a delay (`stalled`).
+    /// Only the count is known, so a change counts from the call that first
+    /// sees it (never earlier than the write); before any write, writes
+    /// are idle. Writers waiting count as writes arriving: no write
+    /// completes while they wait, and the jobs they wait for must keep
+    /// normal priority however long that lasts.
+    pub(crate) fn idle(
+        &mut self,
+        count: u64,
+        stalled: bool,
+        now: Instant,
+        idle_after: Duration,
+    ) -> bool {
+        if count != self.count || stalled {
             self.count = count;
             self.changed_at = Some(now);
         }
@@ -153,15 +158,18 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut w = WritesSeen::default();
-        assert!(w.idle(0, t0, ms(100)), "no write yet");
+        assert!(w.idle(0, false, t0, ms(100)), "no write yet");
         assert!(
-            !w.idle(5, t0 + ms(10), ms(100)),
+            !w.idle(5, false, t0 + ms(10), ms(100)),
             "the first sight of writes"
         );
-        assert!(!w.idle(5, t0 + ms(60), ms(100)));
-        assert!(w.idle(5, t0 + ms(110), ms(100)));
-        assert!(!w.idle(6, t0 + ms(500), ms(100)), "writes again");
-        assert!(w.idle(6, t0 + ms(600), ms(100)));
+        assert!(!w.idle(5, false, t0 + ms(60), ms(100)));
+        assert!(w.idle(5, false, t0 + ms(110), ms(100)));
+        assert!(!w.idle(6, false, t0 + ms(500), ms(100)), "writes again");
+        assert!(w.idle(6, false, t0 + ms(600), ms(100)));
+        assert!(!w.idle(6, true, t0 + ms(900), ms(100)), "writers stalled");
+        assert!(!w.idle(6, false, t0 + ms(950), ms(100)));
+        assert!(w.idle(6, false, t0 + ms(1000), ms(100)));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::cursor::Cursor;
 use crate::fs::{FileSystem, MemFs, ReadMode};
 use crate::hash::partition_of;
 use crate::hash::test_support::set_hash_bits;
-use crate::piece::PieceOptions;
+use crate::piece::{BlockCache, PieceOptions};
 
 /// Key -> Some(value) or None (tombstone).
 type Model = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
