@@ -2,12 +2,11 @@
 //! sorted lists within a memory bound, merged newest first, split by
 //! partition, and merged into the TPHs of a level.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use rayon::prelude::*;
 
 use super::install::{discard, Change};
@@ -47,25 +46,54 @@ fn merge_newest<I: Iterator<Item = DeltaEntry>>(
         out.extend(sources.pop().expect("one source"));
         return out;
     }
-    // Min-heap of (key, source index) over the head of each source; equal
-    // keys pop newest source first.
+    // A min-heap of the sources by their head's key, equal keys newest
+    // source first, kept as indexes compared through `heads`: keys are
+    // neither cloned (a reference count each) nor pushed and popped, and
+    // the top is replaced in place by its source's next entry.
     let mut heads: Vec<Option<DeltaEntry>> = sources.iter_mut().map(Iterator::next).collect();
-    let mut heap: BinaryHeap<Reverse<(Bytes, usize)>> = heads
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.key_bytes(), i))))
-        .collect();
-    while let Some(Reverse((key, i))) = heap.pop() {
-        let e = heads[i].take().expect("a head per heap entry");
-        if let Some(next) = sources[i].next() {
-            heap.push(Reverse((next.key_bytes(), i)));
-            heads[i] = Some(next);
+    let mut heap: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].is_some()).collect();
+    for i in (0..heap.len() / 2).rev() {
+        sift_down(&mut heap, i, &heads);
+    }
+    while let Some(&top) = heap.first() {
+        let e = heads[top].take().expect("a head per heap entry");
+        heads[top] = sources[top].next();
+        if heads[top].is_none() {
+            heap.swap_remove(0);
         }
-        if out.last().is_none_or(|last| last.key() != key) {
+        sift_down(&mut heap, 0, &heads);
+        if out.last().is_none_or(|last| last.key() != e.key()) {
             out.push(e);
         }
     }
     out
+}
+
+/// Restores the heap order of `heap` below position `at`.
+fn sift_down(heap: &mut [usize], mut at: usize, heads: &[Option<DeltaEntry>]) {
+    let before = |a: usize, b: usize| {
+        let key = |i: usize| heads[i].as_ref().expect("a head per heap entry").key();
+        match key(a).cmp(key(b)) {
+            Ordering::Less => true,
+            Ordering::Equal => a < b,
+            Ordering::Greater => false,
+        }
+    };
+    loop {
+        let (left, right) = (2 * at + 1, 2 * at + 2);
+        let mut first = at;
+        if left < heap.len() && before(heap[left], heap[first]) {
+            first = left;
+        }
+        if right < heap.len() && before(heap[right], heap[first]) {
+            first = right;
+        }
+        if first == at {
+            return;
+        }
+        heap.swap(at, first);
+        at = first;
+    }
 }
 
 /// The newest version of each key across frozen memtables (frozen here if
@@ -257,6 +285,9 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
     use super::*;
 
     fn entry(key: &str, seq: u64) -> DeltaEntry {
@@ -344,6 +375,41 @@ mod tests {
             assert!(part.iter().all(|e| partition_of(e.h, 8) == p));
             assert!(part.windows(2).all(|w| w[0].key() < w[1].key()));
             assert_eq!(part.len(), part.capacity());
+        }
+    }
+
+    proptest! {
+        /// Against a model: lists applied oldest first into a map.
+        #[test]
+        fn newest_first_is_the_lists_applied_oldest_first(
+            lists in prop::collection::vec(
+                prop::collection::btree_map(0u8..40, any::<u16>(), 0..30),
+                0..9,
+            )
+        ) {
+            let mut model = BTreeMap::new();
+            for (i, list) in lists.iter().enumerate().rev() {
+                for (&k, &v) in list {
+                    model.insert(vec![k], (i, v));
+                }
+            }
+            let lists: Vec<Vec<DeltaEntry>> = lists
+                .iter()
+                .enumerate()
+                .map(|(i, list)| {
+                    list.iter()
+                        .map(|(&k, &v)| DeltaEntry::copy_of(&[k], Some(&v.to_le_bytes()), i as u64))
+                        .collect()
+                })
+                .collect();
+            let got: Vec<(Vec<u8>, (usize, u16))> = newest_first(lists)
+                .iter()
+                .map(|e| {
+                    let v = u16::from_le_bytes(e.value().unwrap().try_into().unwrap());
+                    (e.key().to_vec(), (e.seq as usize, v))
+                })
+                .collect();
+            prop_assert_eq!(got, model.into_iter().collect::<Vec<_>>());
         }
     }
 }

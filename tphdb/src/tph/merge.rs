@@ -85,6 +85,7 @@ impl DeltaEntry {
     }
 
     /// The key, sharing the entry's bytes.
+    #[cfg(test)]
     pub(crate) fn key_bytes(&self) -> Bytes {
         self.bytes.slice(..self.key_len as usize)
     }
