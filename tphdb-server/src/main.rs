@@ -52,8 +52,9 @@ struct Args {
     #[arg(long)]
     memory_mb: Option<usize>,
     /// The compactions' CPU priority: `low` runs them at nice 19, so that
-    /// requests take the CPU first; `low-without-writes` runs at nice 19
-    /// those that start once no write arrived for 100 ms.
+    /// requests take the CPU first; `low-without-writes` runs those that
+    /// start once no write arrived for 100 ms at nice 19 in the
+    /// `SCHED_IDLE` class, on cores nothing else wants.
     #[arg(long, value_enum, default_value_t = Priority::LowWithoutWrites)]
     compaction_priority: Priority,
     /// Entries a block of a new piece holds at most (the database's

@@ -353,18 +353,19 @@ struct ThreadPools {
 
 impl ThreadPools {
     fn start(opts: &Options) -> Result<ThreadPools> {
-        let pool_of = |threads: usize, name: &'static str, low_priority: bool| {
+        let pool_of = |threads: usize, name: &'static str, priority: ThreadPriority| {
             let mut builder = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(move |i| format!("tphdb-{name}-{i}"));
-            if low_priority {
-                builder = builder.start_handler(|_| lower_this_threads_priority());
+            if priority != ThreadPriority::Caller {
+                builder = builder.start_handler(move |_| lower_this_threads_priority(priority));
             }
             builder.build().map_err(|e| {
                 Error::io(format!("starting {name} threads"), std::io::Error::other(e))
             })
         };
-        let pool = |threads: usize, name: &'static str| pool_of(threads, name, false);
+        let pool =
+            |threads: usize, name: &'static str| pool_of(threads, name, ThreadPriority::Caller);
         // Scans read in parallel only where reads block on the device (with
         // mmap, pages are mostly in memory).
         let io = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
@@ -375,7 +376,7 @@ impl ThreadPools {
         let threads = opts.background_threads;
         let low_priority = match opts.compaction_priority {
             CompactionPriority::LowWithoutWrites => Some(LowPriority::new(
-                pool_of(threads, "bg-low", true)?,
+                pool_of(threads, "bg-low", ThreadPriority::Idle)?,
                 Duration::from_millis(opts.compaction_idle_millis),
             )),
             _ => None,
@@ -384,7 +385,10 @@ impl ThreadPools {
             compaction: pool_of(
                 threads,
                 "bg",
-                opts.compaction_priority == CompactionPriority::Low,
+                match opts.compaction_priority {
+                    CompactionPriority::Low => ThreadPriority::Lowest,
+                    _ => ThreadPriority::Caller,
+                },
             )?,
             low_priority,
             flush: pool(1, "flush")?,
@@ -393,16 +397,35 @@ impl ThreadPools {
     }
 }
 
-/// Gives the calling thread the lowest CPU priority. Linux keeps a nice
-/// value per thread, so this leaves the process's other threads as they
-/// are. Best effort: a failure leaves the priority as it was.
-fn lower_this_threads_priority() {
+/// The CPU priority of a pool's threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ThreadPriority {
+    Caller,
+    /// Nice 19: a small share of a busy core.
+    Lowest,
+    /// Nice 19 in the `SCHED_IDLE` class: a core nothing else wants, given
+    /// up at once when something does. For compactions that start only
+    /// once writes stopped, which the reads that follow should not feel.
+    Idle,
+}
+
+/// Gives the calling thread `priority`. Linux keeps a nice value and a
+/// scheduling class per thread, so this leaves the process's other threads
+/// as they are. Best effort: a failure leaves the priority as it was.
+fn lower_this_threads_priority(priority: ThreadPriority) {
     #[cfg(target_os = "linux")]
-    // SAFETY: plain system calls on the calling thread, no memory passed.
+    // SAFETY: plain system calls on the calling thread; `param` outlives
+    // the call that reads it.
     unsafe {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+        if priority == ThreadPriority::Idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = priority;
 }
 
 /// Starts the housekeeping thread, writes what the old WALs held to a

@@ -35,7 +35,8 @@ pub enum CompactionPriority {
     /// still slow down and stop when compactions fall behind.
     Low,
     /// The lowest for compactions that start once no write arrived for
-    /// [`Options::compaction_idle_millis`], the caller's for the others:
+    /// [`Options::compaction_idle_millis`] (nice 19 in the `SCHED_IDLE`
+    /// class: only cores nothing else wants), the caller's for the others:
     /// a write load's compactions keep pace with it, and the reads that
     /// follow do not compete for the CPU with the backlog it left. The
     /// low-priority compactions run on threads of their own and never

@@ -185,3 +185,37 @@ fn a_level0_compaction_installs_each_level1_tph_as_it_writes_it() {
         assert_eq!(db.get(key(i)).unwrap().as_deref(), Some(&[2u8; 40][..]));
     }
 }
+
+/// Under `LowWithoutWrites`, the low-priority pool's threads are nice 19
+/// in the `SCHED_IDLE` class; the normal pool's keep the caller's class.
+/// Under `Low`, the normal pool is nice 19 but not idle: it runs under
+/// writes too.
+#[cfg(target_os = "linux")]
+#[test]
+fn low_priority_compaction_threads_take_only_idle_cores() {
+    // (class, nice) of the calling thread.
+    fn priority() -> (i32, i32) {
+        // SAFETY: plain system calls about the calling thread.
+        unsafe {
+            let class = libc::sched_getscheduler(0);
+            let nice = libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t);
+            (class, nice)
+        }
+    }
+    let caller = priority();
+    let dir = tempfile::tempdir().unwrap();
+    let open = |p: crate::CompactionPriority, sub: &str| {
+        let opts = Options {
+            compaction_priority: p,
+            ..Options::default()
+        };
+        DB::open(&opts, dir.path().join(sub)).unwrap()
+    };
+    let db = open(crate::CompactionPriority::LowWithoutWrites, "a");
+    let low = db.inner.low_priority.as_ref().expect("a low-priority pool");
+    assert_eq!(low.pool.install(priority), (libc::SCHED_IDLE, 19));
+    assert_eq!(db.inner.pool.install(priority), caller);
+    let db = open(crate::CompactionPriority::Low, "b");
+    assert!(db.inner.low_priority.is_none());
+    assert_eq!(db.inner.pool.install(priority), (libc::SCHED_OTHER, 19));
+}
