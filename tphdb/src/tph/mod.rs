@@ -80,7 +80,7 @@ impl std::fmt::Debug for Tph {
         f.debug_struct("Tph")
             .field("level", &self.level)
             .field("partition", &self.partition)
-            .field("head", &self.head.number)
+            .field("head", &self.head.number())
             .field("pieces", &self.piece_numbers())
             .finish_non_exhaustive()
     }
@@ -215,16 +215,16 @@ impl Tph {
     }
 
     pub(crate) fn head_number(&self) -> u64 {
-        self.head.number
+        self.head.number()
     }
 
     pub(crate) fn piece_numbers(&self) -> Vec<u64> {
-        self.pieces.iter().map(|p| p.number).collect()
+        self.pieces.iter().map(|p| p.number()).collect()
     }
 
     /// Every file the TPH reads: data pieces and the head.
     pub(crate) fn files(&self) -> impl Iterator<Item = &Arc<PieceFile>> {
-        let head_is_data = self.pieces.iter().any(|p| p.number == self.head.number);
+        let head_is_data = self.pieces.iter().any(|p| p.number() == self.head.number());
         self.pieces
             .iter()
             .chain((!head_is_data).then_some(&self.head))
@@ -443,7 +443,7 @@ impl Tph {
     /// The error for a read of live entries that found `found` of them.
     pub(crate) fn live_count_mismatch(&self, found: u64) -> Error {
         Error::corruption(
-            format!("tph {} live entries", self.head.number),
+            format!("tph {} live entries", self.head.number()),
             self.live_count(),
             found,
         )

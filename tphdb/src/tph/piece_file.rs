@@ -18,7 +18,7 @@ pub(crate) fn piece_file_name(number: u64) -> String {
 /// An open piece file shared by the TPH versions that reference it. Once
 /// marked obsolete, the file is deleted when the last reference goes.
 pub(crate) struct PieceFile {
-    pub(super) number: u64,
+    number: u64,
     reader: PieceReader,
     path: PathBuf,
     fs: Arc<dyn FileSystem>,
