@@ -11,8 +11,9 @@ use clap::{Parser, Subcommand};
 
 /// jemalloc: its background thread returns freed pages after a second
 /// (`.cargo/config.toml`), where glibc's heaps kept tens of megabytes of
-/// freed merge buffers resident. The `jemalloc` feature (on by default);
-/// linking the crate at all replaces `malloc` in the whole process.
+/// freed merge buffers resident. Behind the `jemalloc` feature (on by
+/// default), since linking the crate at all replaces `malloc` in the
+/// whole process: a heap profile needs a build without it.
 #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
