@@ -139,8 +139,10 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) push_past_bytes: Option<u64>,
     /// At a bottom that may still get a level below it, the size near
     /// which its TPHs are pushed down when it does (`tph_target_bytes`): a
-    /// TPH that will not take `max_pieces` more deltas before then folds
-    /// only what the piece count needs, not size tiers.
+    /// TPH that reaches it within `PUSH_DUE_PIECES_FACTOR` times
+    /// `max_pieces` pieces folds nothing before then, and one that will
+    /// not take `max_pieces` more deltas before then folds only what the
+    /// piece count needs, not size tiers.
     pub(crate) bottom_pushed_near: Option<u64>,
     /// Pieces with a smaller live fraction are folded (space reclamation).
     pub(crate) min_live_ratio: f64,
@@ -414,11 +416,11 @@ fn keeps_size_tiers(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64
 ///   threshold, and folding the rest of the way cost a 16M-key fill 0.29
 ///   bytes per byte.
 fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64) -> usize {
+    let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
     let Some(threshold) = ctx.push_past_bytes else {
-        return ctx.max_pieces;
+        return bottom_max_pieces(ctx, base, delta_bytes, most);
     };
     let base_bytes = base.map_or(0, |b| b.live_data_bytes());
-    let most = (ctx.max_pieces * PUSH_DUE_PIECES_FACTOR).min(MAX_PIECES);
     if base_bytes.saturating_add(delta_bytes) > threshold {
         return most;
     }
@@ -426,6 +428,45 @@ fn max_pieces(ctx: &MergeContext<'_>, base: Option<&Tph>, delta_bytes: u64) -> u
     usize::try_from(to_fill)
         .unwrap_or(usize::MAX)
         .clamp(ctx.max_pieces.min(most), most)
+}
+
+/// The pieces a bottom TPH may keep after a delta of `delta_bytes`. Where
+/// the tree may still deepen, the new level carries every entry of the
+/// TPH down when the TPH is near `bottom_pushed_near` (its siblings grow
+/// alike, hashes spreading the keys), so a fold before then writes them
+/// twice: a TPH that reaches that size within `most` pieces, taking deltas
+/// like this one, keeps up to `most`. A 16M x 128 B fill's level-1 TPHs
+/// (15 MB a delta) reached 16 pieces at 235 MB and folded a piece at each
+/// of their last three merges before the 256 MiB at which level 2 came:
+/// 0.16 bytes written per user byte. One that will not (small deltas
+/// fold small pieces cheaply) keeps what it holds, at least `max_pieces`:
+/// dropping to `max_pieces` at once would fold all its extra pieces in
+/// one merge.
+fn bottom_max_pieces(
+    ctx: &MergeContext<'_>,
+    base: Option<&Tph>,
+    delta_bytes: u64,
+    most: usize,
+) -> usize {
+    let Some(near) = ctx.bottom_pushed_near else {
+        return ctx.max_pieces;
+    };
+    let held = base.map_or(0, |b| b.pieces().len());
+    let keep_held = held.clamp(ctx.max_pieces.min(most), most);
+    if delta_bytes == 0 {
+        return keep_held;
+    }
+    let grown = base.map_or(0, |b| b.live_data_bytes()) + delta_bytes;
+    let to_come = near.saturating_sub(grown).div_ceil(delta_bytes);
+    let reaches_near = usize::try_from(to_come)
+        .ok()
+        .and_then(|c| c.checked_add(held + 1))
+        .is_some_and(|pieces| pieces <= most);
+    if reaches_near {
+        most
+    } else {
+        keep_held
+    }
 }
 
 /// At the bottom a tombstone goes once no remaining piece holds its hash:

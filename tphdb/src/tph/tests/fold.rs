@@ -50,10 +50,13 @@ fn a_fold_written_in_passes_writes_the_piece_a_held_fold_writes() {
 /// `max_pieces` folded every piece of like size (size tiers) however near
 /// it was to the size at which the new level takes its entries: a 16M x
 /// 128 B fill's level-1 TPHs folded all 16 pieces two merges before their
-/// push-downs. Near that size only what the piece count needs folds; far
-/// from it, and where the tree cannot deepen, pieces fold in tiers.
+/// push-downs. Then, folding only what the piece count needed, they still
+/// folded a piece at each of their last merges. A TPH that reaches that
+/// size within `PUSH_DUE_PIECES_FACTOR` times `max_pieces` pieces now
+/// folds nothing until it holds that many, and then one piece a merge;
+/// far from it, and where the tree cannot deepen, pieces fold in tiers.
 #[test]
-fn a_bottom_tph_near_its_push_down_folds_only_what_the_piece_count_needs() {
+fn a_bottom_tph_near_its_push_down_folds_nothing_until_the_new_level_comes() {
     let batch = |round: u32| -> Model {
         (round * 100..round * 100 + 100)
             .map(|i| (key(i), Some(vec![1u8; 100])))
@@ -70,8 +73,19 @@ fn a_bottom_tph_near_its_push_down_folds_only_what_the_piece_count_needs() {
         for round in 0..4 {
             assert_eq!(h.merge(&batch(round)).pieces_folded, 0);
         }
-        let folded = h.merge(&batch(4)).pieces_folded;
-        assert_eq!(folded, if tiers { 4 } else { 1 }, "{pushed_near:?}");
+        if tiers {
+            assert_eq!(h.merge(&batch(4)).pieces_folded, 4, "{pushed_near:?}");
+            h.check();
+            continue;
+        }
+        // Up to four times max_pieces, then one fold a merge: never
+        // falling back to max_pieces all at once.
+        for round in 4..16 {
+            assert_eq!(h.merge(&batch(round)).pieces_folded, 0, "round {round}");
+        }
+        for round in 16..20 {
+            assert_eq!(h.merge(&batch(round)).pieces_folded, 1, "round {round}");
+        }
         h.check();
     }
 }

@@ -128,9 +128,11 @@ impl Harness {
                 stats,
             } => {
                 obsolete.iter().for_each(|p| p.mark_obsolete());
-                let limit = match self.push_past_bytes {
-                    Some(_) => self.max_pieces * 4,
-                    None => self.max_pieces,
+                // Above the bottom, or at a bottom that may deepen, up to
+                // four times max_pieces.
+                let limit = match (self.push_past_bytes, self.bottom_pushed_near) {
+                    (None, None) => self.max_pieces,
+                    _ => self.max_pieces * 4,
                 };
                 // Pinned pieces stay past max_pieces.
                 let limit = limit.max(self.pinned.len() + 1);
