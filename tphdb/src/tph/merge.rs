@@ -451,18 +451,15 @@ fn bottom_max_pieces(
     let Some(near) = ctx.bottom_pushed_near else {
         return ctx.max_pieces;
     };
-    let held = base.map_or(0, |b| b.pieces().len());
+    let held = base.map_or(0, Tph::piece_count);
     let keep_held = held.clamp(ctx.max_pieces.min(most), most);
     if delta_bytes == 0 {
         return keep_held;
     }
     let grown = base.map_or(0, |b| b.live_data_bytes()) + delta_bytes;
     let to_come = near.saturating_sub(grown).div_ceil(delta_bytes);
-    let reaches_near = usize::try_from(to_come)
-        .ok()
-        .and_then(|c| c.checked_add(held + 1))
-        .is_some_and(|pieces| pieces <= most);
-    if reaches_near {
+    // The new piece, then one a delta until the TPH is near.
+    if (held as u64 + 1).saturating_add(to_come) <= most as u64 {
         most
     } else {
         keep_held
