@@ -231,7 +231,7 @@ impl Inner {
         let mut wal = self.wal.lock();
         // Freezes a memtable holding anything; waits out a stall.
         self.make_room_for_write(&mut wal, 0, true)?;
-        self.stop_jobs_after_flushes()?;
+        let number = self.stop_jobs_after_flushes()?;
         let result = (|| -> Result<()> {
             let first_seq = wal.last_seq + 1;
             let last_seq = wal.last_seq + keys;
@@ -263,21 +263,22 @@ impl Inner {
             stats.writes.fetch_add(keys, Ordering::Relaxed);
         }
         drop(wal);
-        self.resume_jobs(&result);
+        self.resume_jobs(&result, number);
         result
     }
 
     /// Waits until every frozen memtable is flushed, then keeps any job from
     /// starting and waits for the running ones; [`Inner::resume_jobs`]
-    /// undoes it.
-    fn stop_jobs_after_flushes(self: &Arc<Self>) -> Result<()> {
+    /// undoes it. Returns the number the caller's own job has among jobs
+    /// (see [`super::OutOfSpace::start`]).
+    fn stop_jobs_after_flushes(self: &Arc<Self>) -> Result<u64> {
         let mut st = self.state.lock();
         let mut space = super::SpaceWait::default();
         while !st.imms.is_empty() {
             if let Some(e) = &st.bg_error {
                 return Err(Error::Poisoned(e.clone()));
             }
-            space.check(&st)?;
+            space.check(&st.space)?;
             self.maybe_schedule(&mut st);
             self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
         }
@@ -288,18 +289,18 @@ impl Inner {
         if let Some(e) = &st.bg_error {
             let e = Error::Poisoned(e.clone());
             drop(st);
-            self.resume_jobs(&Ok(()));
+            self.resume_jobs(&Ok(()), 0);
             return Err(e);
         }
-        Ok(())
+        Ok(st.space.start())
     }
 
     /// Lets jobs run again after [`Inner::stop_jobs_after_flushes`]; a
     /// failure other than a full disk stops writes, as a failed flush does.
-    fn resume_jobs(self: &Arc<Self>, result: &Result<()>) {
+    fn resume_jobs(self: &Arc<Self>, result: &Result<()>, number: u64) {
         let mut st = self.state.lock();
         match result {
-            Err(e) if e.is_no_space() => st.space.failed(e),
+            Err(e) if e.is_no_space() => st.space.failed(e, number),
             Err(e) => self.poison(&mut st, e),
             Ok(()) => {}
         }

@@ -20,6 +20,7 @@ mod push_down;
 mod read;
 mod repair;
 pub(crate) mod replay;
+mod space;
 mod stats;
 mod stats_report;
 mod write;
@@ -41,6 +42,7 @@ pub use read::Snapshot;
 pub use repair::{FileCheck, RepairReport, VerifyReport};
 pub use stats::{CompactionReads, DBStats, LevelStats, WriteBreakdown};
 
+use self::space::{OutOfSpace, SpaceWait};
 use self::stats::Stats;
 use self::write::{WalWriter, WriteQueue};
 use crate::batch::WriteBatch;
@@ -83,65 +85,6 @@ pub(crate) struct State {
     /// next edit is durable: a crash can tear only the last MANIFEST record,
     /// and then the version before it must still have all its files.
     pub(crate) deferred: Deferred,
-}
-
-/// Jobs failing for lack of space: they retry after a backoff that
-/// doubles with each failure in a row.
-#[derive(Debug, Default)]
-pub(crate) struct OutOfSpace {
-    /// The last failure, while jobs keep failing.
-    pub(crate) error: Option<String>,
-    /// No job starts before this; the housekeeping thread wakes then.
-    pub(crate) retry_at: Option<std::time::Instant>,
-    in_a_row: u32,
-    /// Failures so far.
-    pub(crate) failures: u64,
-}
-
-impl OutOfSpace {
-    pub(crate) fn failed(&mut self, e: &Error) {
-        self.error = Some(e.to_string());
-        self.failures += 1;
-        let delay = jobs::FIRST_RETRY_DELAY
-            .saturating_mul(1 << self.in_a_row.min(16))
-            .min(jobs::MAX_RETRY_DELAY);
-        self.in_a_row += 1;
-        self.retry_at = Some(std::time::Instant::now() + delay);
-    }
-
-    pub(crate) fn succeeded(&mut self) {
-        self.error = None;
-        self.in_a_row = 0;
-        self.retry_at = None;
-    }
-}
-
-/// A caller waiting for background work that may be out of space: it waits
-/// for one retry, and fails if a retry that started after it began waiting
-/// failed too.
-#[derive(Default)]
-pub(crate) struct SpaceWait {
-    failures_seen: Option<u64>,
-}
-
-impl SpaceWait {
-    pub(crate) fn check(&mut self, st: &State) -> Result<()> {
-        let Some(e) = &st.space.error else {
-            self.failures_seen = None;
-            return Ok(());
-        };
-        match self.failures_seen {
-            Some(seen) if st.space.failures > seen => Err(Error::io(
-                format!("waiting for a flush or compaction that ran out of space: {e}"),
-                std::io::Error::from(std::io::ErrorKind::StorageFull),
-            )),
-            Some(_) => Ok(()),
-            None => {
-                self.failures_seen = Some(st.space.failures);
-                Ok(())
-            }
-        }
-    }
 }
 
 /// Deletions waiting for the next durable edit.

@@ -121,7 +121,8 @@ impl Inner {
         for id in ids {
             if st.running.resume(id, &self.policy) {
                 self.note_running_compactions(st);
-                self.spawn_job(super::jobs::Job::FinishPushDown(id), start == Start::Low);
+                let job = super::jobs::Job::FinishPushDown(id);
+                self.spawn_job(st, job, start == Start::Low);
             }
         }
     }

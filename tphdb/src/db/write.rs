@@ -274,7 +274,7 @@ impl Inner {
             let max_imms = opts.max_immutable_memtables.max(1);
             if st.imms.len() >= max_imms || (!opts.one_level && l0 >= opts.l0_stop_trigger) {
                 // Waiting for jobs that cannot get space would never end.
-                space.check(&st)?;
+                space.check(&st.space)?;
                 let t = Instant::now();
                 self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
                 self.maybe_schedule(&mut st);
@@ -379,7 +379,7 @@ impl Inner {
             if st.imms.iter().all(|m| m.wal_number() >= target) {
                 return Ok(());
             }
-            space.check(&st)?;
+            space.check(&st.space)?;
             self.maybe_schedule(&mut st);
             self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
         }

@@ -104,7 +104,7 @@ impl Inner {
         let start = self.compaction_start(st);
         while let Some(job) = self.pick(st, start != Start::Wait) {
             st.running_jobs += 1;
-            self.spawn_job(job, start == Start::Low);
+            self.spawn_job(st, job, start == Start::Low);
         }
     }
 
@@ -119,7 +119,8 @@ impl Inner {
 
     /// Runs `job` on its pool: a flush on the flush thread, a compaction on
     /// the low-priority pool if `low` (and there is one).
-    pub(super) fn spawn_job(self: &Arc<Self>, job: Job, low: bool) {
+    pub(super) fn spawn_job(self: &Arc<Self>, st: &mut State, job: Job, low: bool) {
+        let number = st.space.start();
         let inner = self.clone();
         let pool = match (&job, &self.low_priority) {
             (Job::Flush(_), _) => &self.flush_pool,
@@ -136,7 +137,7 @@ impl Inner {
             }
             (_, None) => &self.pool,
         };
-        pool.spawn(move || inner.run_job(job));
+        pool.spawn(move || inner.run_job(job, number));
     }
 
     /// The memory one merge on the calling thread may hold for the pieces
@@ -213,7 +214,8 @@ impl Inner {
         Ok(())
     }
 
-    pub(super) fn run_job(self: Arc<Self>, job: Job) {
+    /// Runs `job`, numbered `number` by [`super::OutOfSpace::start`].
+    pub(super) fn run_job(self: Arc<Self>, job: Job, number: u64) {
         let start = Instant::now();
         let result = self.execute(&job, false);
         if let Ok(Ran::Parked) = result {
@@ -243,7 +245,7 @@ impl Inner {
         match &result {
             // Out of space: what was installed stands (each edit is a
             // whole state); retry the rest once space may be back.
-            Err(e) if e.is_no_space() => st.space.failed(e),
+            Err(e) if e.is_no_space() => st.space.failed(e, number),
             Err(e) => self.poison(&mut st, e),
             Ok(_) => st.space.succeeded(),
         }
@@ -493,7 +495,7 @@ impl Inner {
 
     /// Waits until nothing is running and nothing is due: a job waiting
     /// for its retry after running out of space is due, and a waiter fails
-    /// once a retry that started after it began waiting failed too.
+    /// once a job that started after it saw the failure failed too.
     pub(crate) fn wait_idle(self: &Arc<Self>) -> Result<()> {
         let mut st = self.state.lock();
         let mut space = super::SpaceWait::default();
@@ -504,7 +506,7 @@ impl Inner {
             if self.read_only {
                 return Ok(());
             }
-            space.check(&st)?;
+            space.check(&st.space)?;
             self.maybe_schedule(&mut st);
             if st.running_jobs == 0 && !self.work_due(&st) {
                 return Ok(());
