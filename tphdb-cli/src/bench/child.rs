@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engines::{self, EngineConfig, Kv};
 use super::memory::{peak_rss, sampled};
+use super::permutation::Permutation;
 use super::phase::{latency_summary, phase, us, Outcome, PhaseResult, ThreadOps};
 use super::report::round;
 use super::result::EngineResult;
@@ -134,13 +135,6 @@ impl Values {
     }
 }
 
-/// A permutation of `0..n`, shuffled by `seed`.
-fn permutation(n: u64, seed: u64) -> Vec<u64> {
-    let mut v: Vec<u64> = (0..n).collect();
-    fastrand::Rng::with_seed(seed).shuffle(&mut v);
-    v
-}
-
 fn get_outcome(db: &dyn Kv, key: &[u8], expect: bool) -> engines::Result<Outcome> {
     let mut o = Outcome::new(OpKind::Read);
     let found = db.get(key)?;
@@ -219,11 +213,9 @@ impl Run<'_> {
     /// second.
     fn load(&self, db: &dyn Kv) -> Result<f64, BoxError> {
         let spec = self.spec;
-        let order = if spec.workload.key_style() == KeyStyle::Ycsb {
-            (0..spec.keys).collect()
-        } else {
-            permutation(spec.keys, 1)
-        };
+        let shuffled = Permutation::new(spec.keys, 1);
+        let in_order = spec.workload.key_style() == KeyStyle::Ycsb;
+        let order = |i: u64| if in_order { i } else { shuffled.get(i) };
         let (order, vs, entry) = (&order, spec.value_size, self.entry);
         let pogreb = spec.workload == Workload::Pogreb;
         let load = phase(
@@ -234,7 +226,7 @@ impl Run<'_> {
             Duration::MAX,
             &|_| {
                 Box::new(move |i| {
-                    let k = order[i as usize];
+                    let k = order(i);
                     if pogreb {
                         let v = pogreb_bytes(k ^ (1 << 63), 128..=512);
                         let k = self.keys.key(k);
@@ -257,7 +249,7 @@ impl Run<'_> {
         &'a self,
         db: &'a dyn Kv,
         t: usize,
-        fill_order: &'a [u64],
+        fill_order: &'a Permutation,
         records: &'a AtomicU64,
     ) -> ThreadOps<'a> {
         let spec = self.spec;
@@ -271,7 +263,7 @@ impl Run<'_> {
                 Outcome::wrote(OpKind::Insert, entry)
             }),
             Workload::Fillrandom => Box::new(move |i| {
-                let k = fill_order[i as usize];
+                let k = fill_order.get(i);
                 db.put(&key(k), values.get(k, vs))?;
                 Outcome::wrote(OpKind::Insert, entry)
             }),
@@ -279,9 +271,7 @@ impl Run<'_> {
                 db.put(&key(rng.u64(..keys)), values.get(i ^ 0x5555, vs))?;
                 Outcome::wrote(OpKind::Update, entry)
             }),
-            Workload::Pogreb => {
-                Box::new(move |i| get_outcome(db, &key(fill_order[i as usize]), true))
-            }
+            Workload::Pogreb => Box::new(move |i| get_outcome(db, &key(fill_order.get(i)), true)),
             Workload::Readrandom | Workload::Readwhilewriting => {
                 Box::new(move |_| get_outcome(db, &key(rng.u64(..keys)), true))
             }
@@ -301,7 +291,7 @@ impl Run<'_> {
                 Outcome::read(OpKind::Scan, n as u64 * entry)
             }),
             Workload::Deleterandom => Box::new(move |i| {
-                db.delete(&key(fill_order[i as usize]))?;
+                db.delete(&key(fill_order.get(i)))?;
                 Outcome::wrote(OpKind::Delete, spec.key_size as u64)
             }),
             Workload::YcsbA
@@ -348,11 +338,7 @@ impl Run<'_> {
     fn measure(&self, db: &dyn Kv) -> Result<Measured, BoxError> {
         let spec = self.spec;
         let keys = spec.keys;
-        let fill_order = if spec.workload.visits_every_key() {
-            permutation(keys, 2)
-        } else {
-            Vec::new()
-        };
+        let fill_order = Permutation::new(keys, 2);
         let records = AtomicU64::new(keys);
         let stop_writer = AtomicBool::new(false);
         let writer_bytes = AtomicU64::new(0);

@@ -7,6 +7,7 @@ mod engines;
 mod latency;
 mod memory;
 pub mod peer;
+mod permutation;
 mod phase;
 mod phf;
 mod piece;

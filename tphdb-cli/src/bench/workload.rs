@@ -96,14 +96,6 @@ impl Workload {
         }
     }
 
-    /// Whether the measured phase visits every key once, in a random order.
-    pub fn visits_every_key(self) -> bool {
-        matches!(
-            self,
-            Workload::Fillrandom | Workload::Deleterandom | Workload::Pogreb
-        )
-    }
-
     /// Whether one more thread overwrites at full speed beside the
     /// measured readers.
     pub fn has_background_writer(self) -> bool {
