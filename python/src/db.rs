@@ -279,6 +279,7 @@ impl Db {
             memtable_bytes,
             immutable_memtables,
             pinned_memtable_bytes,
+            job_memory_bytes,
             flushes,
             flush_micros,
             compactions,

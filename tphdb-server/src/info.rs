@@ -42,14 +42,16 @@ pub(crate) fn info(shared: &Shared, section: Option<String>) -> String {
         let used = stats.memtable_bytes
             + stats.pinned_memtable_bytes
             + stats.index_memory_bytes
-            + stats.block_cache_bytes;
+            + stats.block_cache_bytes
+            + stats.job_memory_bytes;
         let _ = write!(
             t,
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\ntphdb_memtable_bytes:{}\r\ntphdb_index_bytes:{}\r\ntphdb_block_cache_bytes:{}\r\nmaxmemory:{}\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\ntphdb_memtable_bytes:{}\r\ntphdb_index_bytes:{}\r\ntphdb_block_cache_bytes:{}\r\ntphdb_job_bytes:{}\r\nmaxmemory:{}\r\n\r\n",
             used as f64 / (1 << 20) as f64,
             stats.memtable_bytes + stats.pinned_memtable_bytes,
             stats.index_memory_bytes,
             stats.block_cache_bytes,
+            stats.job_memory_bytes,
             cfg.db_options.memory_budget_bytes.unwrap_or(0),
         );
     }

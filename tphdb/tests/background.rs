@@ -64,7 +64,7 @@ fn stats_show_background_work_until_it_is_done() {
     let db = DB::open(&small(), dir.path()).unwrap();
     let idle = db.stats();
     assert_eq!((idle.running_jobs, idle.work_pending), (0, false));
-    let mut seen_busy = 0;
+    let (mut seen_busy, mut seen_holding) = (0, 0);
     for i in 0..100_000u64 {
         db.put(spread_key(i), [i as u8; 100]).unwrap();
         if i % 200 == 0 {
@@ -72,9 +72,16 @@ fn stats_show_background_work_until_it_is_done() {
             if st.running_jobs > 0 || st.work_pending {
                 seen_busy += 1;
             }
+            if st.job_memory_bytes > 0 {
+                seen_holding += 1;
+            }
         }
     }
     assert!(seen_busy > 0, "no sample of 500 saw a job running or due");
+    assert!(
+        seen_holding > 0,
+        "no sample of 500 saw a job holding memory"
+    );
     db.flush().unwrap();
     db.wait_for_compactions().unwrap();
     let st = db.stats();
@@ -84,6 +91,7 @@ fn stats_show_background_work_until_it_is_done() {
         "{}",
         st.level_table()
     );
+    assert_eq!(st.job_memory_bytes, 0, "what jobs held is let go");
     assert!(st.report().contains("running now 0"));
     assert_eq!(
         db.property_value("tphdb.num-running-jobs")

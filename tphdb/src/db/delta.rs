@@ -10,6 +10,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::install::{discard, Change};
+use super::stats::HeldBytes;
 use super::Inner;
 use crate::compaction::TphId;
 use crate::error::Result;
@@ -191,6 +192,8 @@ impl Inner {
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
+            let held: u64 = lists.iter().map(|l| DeltaEntry::list_memory(l, true)).sum();
+            let _held = HeldBytes::new(&self.stats, held);
             self.merge_into_level(level, newest_first(lists), true, change)?;
         }
         for (i, t) in inputs.iter().enumerate() {

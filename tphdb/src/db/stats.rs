@@ -9,6 +9,8 @@ use crate::tph::MergeStats;
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     pub(crate) writes: AtomicU64,
+    /// What running jobs hold now (see [`DBStats::job_memory_bytes`]).
+    pub(crate) job_memory: AtomicU64,
     pub(crate) user_bytes_written: AtomicU64,
     pub(crate) wal_bytes: AtomicU64,
     pub(crate) wal_syncs: AtomicU64,
@@ -90,6 +92,29 @@ impl Stats {
         self.pieces_dropped.fetch_add(m.pieces_dropped, Relaxed);
         self.tombstones_dropped
             .fetch_add(m.tombstones_dropped, Relaxed);
+    }
+}
+
+/// Bytes a job holds, counted in [`Stats::job_memory`] for as long as
+/// this lives.
+pub(crate) struct HeldBytes<'a> {
+    gauge: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl<'a> HeldBytes<'a> {
+    pub(crate) fn new(stats: &'a Stats, bytes: u64) -> Self {
+        stats.job_memory.fetch_add(bytes, Relaxed);
+        HeldBytes {
+            gauge: &stats.job_memory,
+            bytes,
+        }
+    }
+}
+
+impl Drop for HeldBytes<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(self.bytes, Relaxed);
     }
 }
 
@@ -249,6 +274,11 @@ pub struct DBStats {
     pub memtable_bytes: u64,
     /// Frozen memtables waiting to be flushed.
     pub immutable_memtables: u64,
+    /// Bytes running flushes and compactions hold now in their lists of
+    /// entries and the keys and values they copied out of pieces (a
+    /// flush's keys and values are its memtable's, in `memtable_bytes`).
+    /// Not included: folds' entries and indexes being built.
+    pub job_memory_bytes: u64,
     /// Bytes of flushed memtables that snapshots and iterators still hold
     /// in memory: each pins the memtables of its moment until it is
     /// dropped. At most `pinned_memtable_bytes` of the options after each
@@ -445,6 +475,7 @@ impl Inner {
             index_bytes_per_key: ratio(global + local, stored),
             memtable_bytes,
             immutable_memtables: sv.imms.len() as u64,
+            job_memory_bytes: s.job_memory.load(Relaxed),
             pinned_memtable_bytes: pinned_in_memory,
             pinned_memtable_spilled_bytes: pinned_spilled,
             memtables_spilled: s.memtables_spilled.load(Relaxed),
@@ -510,5 +541,34 @@ impl Inner {
                 Some(stats.levels.get(level).map_or(0, |l| l.pieces).to_string())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tph::DeltaEntry;
+
+    #[test]
+    fn held_bytes_count_while_they_live() {
+        let stats = Stats::default();
+        let a = HeldBytes::new(&stats, 100);
+        {
+            let _b = HeldBytes::new(&stats, 50);
+            assert_eq!(stats.job_memory.load(Relaxed), 150);
+        }
+        assert_eq!(stats.job_memory.load(Relaxed), 100);
+        drop(a);
+        assert_eq!(stats.job_memory.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn a_list_holds_its_entries_and_what_it_copied() {
+        let mut list = Vec::with_capacity(10);
+        list.push(DeltaEntry::copy_of(b"key", Some(b"value"), 1));
+        list.push(DeltaEntry::copy_of(b"gone", None, 2));
+        let entries = 10 * std::mem::size_of::<DeltaEntry>() as u64;
+        assert_eq!(DeltaEntry::list_memory(&list, false), entries);
+        assert_eq!(DeltaEntry::list_memory(&list, true), entries + 8 + 4);
     }
 }

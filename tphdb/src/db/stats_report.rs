@@ -75,7 +75,7 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "index {} bytes (global {}, local {}; global of all TPHs held {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)",
+            "index {} bytes (global {}, local {}; global of all TPHs held {}), {:.3} bytes/key  memtables {} bytes ({} frozen, {} pinned bytes, {} in files)  jobs {} bytes",
             self.index_memory_bytes,
             self.index_global_bytes,
             self.index_local_bytes,
@@ -84,7 +84,8 @@ impl DBStats {
             self.memtable_bytes,
             self.immutable_memtables,
             self.pinned_memtable_bytes,
-            self.pinned_memtable_spilled_bytes
+            self.pinned_memtable_spilled_bytes,
+            self.job_memory_bytes
         );
         let _ = writeln!(
             s,

@@ -105,6 +105,18 @@ impl DeltaEntry {
         }
     }
 
+    /// Memory `list` holds: its entries, and with `copied` their keys and
+    /// values (copied out of pieces, not shared with a memtable).
+    pub(crate) fn list_memory(list: &Vec<DeltaEntry>, copied: bool) -> u64 {
+        let entries = list.capacity() * std::mem::size_of::<DeltaEntry>();
+        let bytes = if copied {
+            list.iter().map(|e| e.bytes.len()).sum()
+        } else {
+            0
+        };
+        (entries + bytes) as u64
+    }
+
     /// The entry as a piece writes it.
     pub(crate) fn entry_ref(&self) -> EntryRef<'_> {
         EntryRef {

@@ -111,6 +111,7 @@ impl Kv for Tphdb {
             ("pinned_memtables", st.pinned_memtable_bytes),
             ("block_cache", st.block_cache_bytes),
             ("index", st.index_memory_bytes),
+            ("jobs", st.job_memory_bytes),
             // Global indexes of TPHs outside the current version: built by
             // jobs and not yet installed, or replaced and still held.
             (

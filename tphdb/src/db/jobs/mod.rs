@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use self::priority::Start;
 use super::delta::{memtables_delta, merge_memory};
 use super::install::Change;
+use super::stats::HeldBytes;
 use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
 use crate::memtable::MemTable;
-use crate::tph::{merge, MergeContext, MergeOutcome, Tph};
+use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, Tph};
 use crate::version::{Version, VersionEdit};
 
 pub(crate) mod priority;
@@ -353,6 +354,7 @@ impl Inner {
                 flushed = mems;
                 let newest: Vec<&MemTable> = mems.iter().rev().map(|m| &**m).collect();
                 let delta = memtables_delta(&newest);
+                let _held = HeldBytes::new(&self.stats, DeltaEntry::list_memory(&delta, false));
                 if self.opts.one_level {
                     self.merge_into_level(1, delta, true, &mut change)?;
                 } else if !delta.is_empty() {
