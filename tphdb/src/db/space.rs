@@ -3,9 +3,14 @@
 //! waiting for background work (a stalled writer, `flush`, `wait_idle`)
 //! give up once a retry fails too.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+
+/// The first retry after a job ran out of space; each failure in a row
+/// doubles it, up to [`MAX_RETRY_DELAY`].
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// Jobs failing for lack of space: they retry after a backoff that
 /// doubles with each failure in a row.
@@ -33,9 +38,9 @@ impl OutOfSpace {
     pub(crate) fn failed(&mut self, e: &Error, job: u64) {
         self.error = Some(e.to_string());
         self.last_failed = self.last_failed.max(job);
-        let delay = super::jobs::FIRST_RETRY_DELAY
+        let delay = FIRST_RETRY_DELAY
             .saturating_mul(1 << self.in_a_row.min(16))
-            .min(super::jobs::MAX_RETRY_DELAY);
+            .min(MAX_RETRY_DELAY);
         self.in_a_row += 1;
         self.retry_at = Some(Instant::now() + delay);
     }
@@ -142,7 +147,6 @@ mod tests {
             let at = space.retry_at.unwrap();
             delays.push((at - after, at - before));
         }
-        use super::super::jobs::{FIRST_RETRY_DELAY, MAX_RETRY_DELAY};
         assert!(delays[0].1 >= FIRST_RETRY_DELAY && delays[0].0 < 2 * FIRST_RETRY_DELAY);
         assert!(delays[3].1 >= 8 * FIRST_RETRY_DELAY);
         assert!(delays[11].0 <= MAX_RETRY_DELAY && delays[11].1 >= MAX_RETRY_DELAY);

@@ -79,11 +79,6 @@ pub(crate) enum Ran {
     Parked,
 }
 
-/// The first retry after a job ran out of space; each failure in a row
-/// doubles it, up to [`MAX_RETRY_DELAY`].
-pub(super) const FIRST_RETRY_DELAY: Duration = Duration::from_millis(10);
-pub(super) const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
-
 impl Inner {
     /// Starts every job that can run now.
     pub(crate) fn maybe_schedule(self: &Arc<Self>, st: &mut State) {
