@@ -16,7 +16,8 @@ use crate::compaction::TphId;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, RangePasses, Tph, MERGE_BYTES_PER_ENTRY};
+use crate::piece::EntryShape;
+use crate::tph::{merge, DeltaEntry, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY};
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
 /// each entry costs (in the inputs, the merged list and a partition's).
@@ -27,7 +28,7 @@ pub(super) fn merge_memory(t: &Tph) -> u64 {
 /// The newest version of each key across `lists` (each sorted by key),
 /// where `lists[0]` is the newest: a k-way merge, so at most the lists and
 /// the output are in memory at once.
-pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
+pub(super) fn newest_first<E: EntryShape>(lists: Vec<Vec<E>>) -> Vec<E> {
     if lists.len() == 1 {
         return lists.into_iter().next().expect("one list");
     }
@@ -38,11 +39,11 @@ pub(super) fn newest_first(lists: Vec<Vec<DeltaEntry>>) -> Vec<DeltaEntry> {
 /// The newest version of each key across `sources` (each sorted by key),
 /// where `sources[0]` is the newest, into a list of `capacity` entries
 /// (at least the result's length, so that it is allocated once).
-fn merge_newest<I: Iterator<Item = DeltaEntry>>(
+fn merge_newest<E: EntryShape, I: Iterator<Item = E>>(
     mut sources: Vec<I>,
     capacity: usize,
-) -> Vec<DeltaEntry> {
-    let mut out: Vec<DeltaEntry> = Vec::with_capacity(capacity);
+) -> Vec<E> {
+    let mut out: Vec<E> = Vec::with_capacity(capacity);
     if sources.len() == 1 {
         out.extend(sources.pop().expect("one source"));
         return out;
@@ -51,7 +52,7 @@ fn merge_newest<I: Iterator<Item = DeltaEntry>>(
     // source first, kept as indexes compared through `heads`: keys are
     // neither cloned (a reference count each) nor pushed and popped, and
     // the top is replaced in place by its source's next entry.
-    let mut heads: Vec<Option<DeltaEntry>> = sources.iter_mut().map(Iterator::next).collect();
+    let mut heads: Vec<Option<E>> = sources.iter_mut().map(Iterator::next).collect();
     let mut heap: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].is_some()).collect();
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, i, &heads);
@@ -71,7 +72,7 @@ fn merge_newest<I: Iterator<Item = DeltaEntry>>(
 }
 
 /// Restores the heap order of `heap` below position `at`.
-fn sift_down(heap: &mut [usize], mut at: usize, heads: &[Option<DeltaEntry>]) {
+fn sift_down<E: EntryShape>(heap: &mut [usize], mut at: usize, heads: &[Option<E>]) {
     let before = |a: usize, b: usize| {
         let key = |i: usize| heads[i].as_ref().expect("a head per heap entry").key();
         match key(a).cmp(key(b)) {
@@ -121,8 +122,8 @@ pub(super) fn memtables_delta(mems: &[&MemTable]) -> Vec<DeltaEntry> {
 /// each part sorted by key and allocated at its exact size. The delta is
 /// ordered by partition in place and the parts are cut off its end one by
 /// one, so that at most one part is held twice.
-pub(super) fn split(mut delta: Vec<DeltaEntry>, partitions: u64) -> BTreeMap<u64, Vec<DeltaEntry>> {
-    let part = |e: &DeltaEntry| partition_of(e.h, partitions);
+pub(super) fn split(mut delta: Vec<Written>, partitions: u64) -> BTreeMap<u64, Vec<Written>> {
+    let part = |e: &Written| partition_of(e.h(), partitions);
     delta.sort_unstable_by(|a, b| part(a).cmp(&part(b)).then_with(|| a.key().cmp(b.key())));
     let mut parts = BTreeMap::new();
     while let Some(last) = delta.last() {
@@ -152,6 +153,14 @@ fn partitions_per_pass(input_bytes: u64, budget: u64, targets: &Range<u64>) -> u
     fit.clamp(1, u128::from(width)) as u64
 }
 
+/// Whether passes of `per_pass` of `targets` hold their entries by shape:
+/// when a pass's share of the input passes `budget`, which happens only
+/// at one partition a pass.
+fn holds_shapes(input_bytes: u64, budget: u64, per_pass: u64, targets: &Range<u64>) -> bool {
+    let width = (targets.end - targets.start).max(1);
+    u128::from(input_bytes) * u128::from(per_pass) > u128::from(budget) * u128::from(width)
+}
+
 impl Inner {
     /// Merges the live entries of `inputs` (newest first) into the TPHs of
     /// `level` in `targets`. At most a job's share of
@@ -159,8 +168,12 @@ impl Inner {
     /// targets are merged in several passes over ranges of partitions, each
     /// reading only the blocks of the inputs that hold entries in its range
     /// (an entry outside `targets` is never kept, and the count check
-    /// reports it). Each new TPH is installed once written; `change` keeps
-    /// the statistics, and the caller retires the inputs.
+    /// reports it). A pass takes at least one partition; when one
+    /// partition's share passes the budget (a push-down of a TPH over
+    /// `fanout` times it), a pass holds its entries by shape and the new
+    /// piece reads their values again as it is written, a merge's fold
+    /// memory at a time. Each new TPH is installed once written; `change`
+    /// keeps the statistics, and the caller retires the inputs.
     pub(super) fn merge_tphs_into_level(
         &self,
         inputs: &[Arc<Tph>],
@@ -169,7 +182,9 @@ impl Inner {
         change: &mut Change,
     ) -> Result<()> {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
-        let per_pass = partitions_per_pass(input_bytes, self.job_input_bytes(), &targets);
+        let budget = self.job_input_bytes();
+        let per_pass = partitions_per_pass(input_bytes, budget, &targets);
+        let by_shape = holds_shapes(input_bytes, budget, per_pass, &targets);
         let partitions = self.state.lock().current().partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);
@@ -186,15 +201,20 @@ impl Inner {
                 .enumerate()
                 .map(|(i, t)| {
                     let r = ranges.as_mut().map(|r| &mut r[i]);
-                    let l = t.live_entries_in(hashes.clone(), r, &mut change.stats)?;
+                    let stats = &mut change.stats;
+                    let l = if by_shape {
+                        t.live_shapes_in(i, hashes.clone(), r, stats)?
+                    } else {
+                        Written::held(t.live_entries_in(hashes.clone(), r, stats)?)
+                    };
                     found[i] += l.len() as u64;
                     Ok(l)
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
-            let held: u64 = lists.iter().map(|l| DeltaEntry::list_memory(l, true)).sum();
+            let held: u64 = lists.iter().map(|l| Written::list_memory(l, true)).sum();
             let _held = HeldBytes::new(&self.stats, held);
-            self.merge_into_level(level, newest_first(lists), true, change)?;
+            self.merge_into_level(level, newest_first(lists), inputs, true, change)?;
         }
         for (i, t) in inputs.iter().enumerate() {
             let finished = match ranges.as_mut() {
@@ -219,10 +239,12 @@ impl Inner {
     /// see elsewhere (frozen memtables, level 0, the TPH pushed down): the
     /// version between the edits reads the same, and a crash between them
     /// leaves copies that the next merge of the same entries replaces.
+    /// Entries held by shape are read again from `inputs`.
     pub(super) fn merge_into_level(
         &self,
         level: u32,
-        delta: Vec<DeltaEntry>,
+        delta: Vec<Written>,
+        inputs: &[Arc<Tph>],
         install_each: bool,
         change: &mut Change,
     ) -> Result<()> {
@@ -245,6 +267,7 @@ impl Inner {
                 let (base, pinned) = self.merge_target(level, p);
                 let mut ctx = self.merge_context(level, p, bottom, number);
                 ctx.pinned = &pinned;
+                ctx.inputs = inputs;
                 ctx.below = Some(&below);
                 let mut one = Change::default();
                 one.add(level, p, merge(&ctx, base.as_deref(), d)?);
@@ -371,11 +394,11 @@ mod tests {
     #[test]
     fn split_keeps_key_order_within_each_partition() {
         let delta: Vec<DeltaEntry> = (0..200u64).map(|i| entry(&format!("{i:04}"), i)).collect();
-        let parts = split(delta, 8);
+        let parts = split(Written::held(delta), 8);
         let total: usize = parts.values().map(Vec::len).sum();
         assert_eq!(total, 200);
         for (&p, part) in &parts {
-            assert!(part.iter().all(|e| partition_of(e.h, 8) == p));
+            assert!(part.iter().all(|e| partition_of(e.h(), 8) == p));
             assert!(part.windows(2).all(|w| w[0].key() < w[1].key()));
             assert_eq!(part.len(), part.capacity());
         }

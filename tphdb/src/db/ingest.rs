@@ -23,7 +23,7 @@ use super::stats::JobCause;
 use super::{Inner, DB};
 use crate::error::{Error, Result};
 use crate::piece::check_limits;
-use crate::tph::DeltaEntry;
+use crate::tph::{DeltaEntry, Written};
 
 /// What a bulk load has written so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -249,7 +249,7 @@ impl Inner {
                 let level = (1..=version.depth)
                     .find(|&l| !version.levels[l as usize - 1].is_empty())
                     .unwrap_or(version.depth);
-                self.merge_into_level(level, delta, false, &mut change)?;
+                self.merge_into_level(level, Written::held(delta), &[], false, &mut change)?;
             }
             self.stats.record_job(JobCause::Flush, &change.stats);
             self.apply(change, &[])

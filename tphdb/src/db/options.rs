@@ -195,9 +195,10 @@ pub struct Options {
     /// input half). A level-0 compaction takes the oldest level-0 TPHs that
     /// fit; a larger input is merged in several passes over ranges of the
     /// target partitions, each reading the inputs again (a pass holds at
-    /// least one partition's share: a push-down of a TPH past `fanout`
-    /// times the input half holds a `fanout`th of it, about 55 MB at the
-    /// defaults and 128-byte values); a fold of pieces whose live entries
+    /// least one partition's share: past the input half, as in a
+    /// push-down of a TPH over `fanout` times it, the pass holds its
+    /// entries' keys and reads their values again as it writes, a fold's
+    /// memory at a time); a fold of pieces whose live entries
     /// pass a merge's fold memory writes its piece in passes over runs of
     /// its slots, each reading its values again from the folded pieces. A
     /// TPH's index is rebuilt from its pieces' key hashes, streamed, its

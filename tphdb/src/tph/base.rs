@@ -7,7 +7,6 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use super::fold::Written;
-use super::merge::DeltaEntry;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::piece::KeyHashCursor;
@@ -107,7 +106,7 @@ pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Option<usize>, usize)
 /// order.
 pub(super) fn supersede(
     base: Option<&Tph>,
-    delta: &[DeltaEntry],
+    delta: &[Written],
     stats: &mut MergeStats,
 ) -> Result<(Superseded, Vec<u64>)> {
     let mut superseded = Superseded::new(base);
@@ -117,9 +116,10 @@ pub(super) fn supersede(
     let mut found = Vec::new();
     let mut candidates: Vec<(usize, u64, u64)> = Vec::new();
     for e in delta {
-        match route(base, e.h, e.h2) {
+        let (h, h2) = (e.h(), e.h2());
+        match route(base, h, h2) {
             Some((Some(x), piece)) => found.push((BaseKey::Exception(x), piece)),
-            Some((None, piece)) => candidates.push((piece, e.h, e.h2)),
+            Some((None, piece)) => candidates.push((piece, h, h2)),
             None => {}
         }
     }

@@ -3,24 +3,30 @@
 //! they fit the job's memory; past it they are held by their shape (key,
 //! sequence number, value length) and read again from their pieces a run
 //! of the new piece's slots at a time, so that a fold of pieces of any size
-//! holds at most about `fold_memory_bytes` of values at once.
+//! holds at most about `fold_memory_bytes` of values at once. A delta read
+//! from TPHs (a push-down's, a level-0 compaction's) whose share of one
+//! partition passes the job's input memory is held by shape the same way,
+//! read again from the input TPHs' pieces.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::base::{route, Superseded};
 use super::copies::Copies;
 use super::merge::{DeltaEntry, MergeStats, MERGE_BYTES_PER_ENTRY};
-use super::Tph;
+use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
-use crate::piece::{EntryRef, EntryShape, EntrySource};
+use crate::piece::{Entry, EntryRef, EntryShape, EntrySource};
 
 /// An entry of the new piece.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Written {
     /// In memory: the delta's, or a folded piece's that fit.
     Held(DeltaEntry),
-    /// A folded piece's live entry, read again when its pass writes it.
+    /// A live entry of a folded piece or of an input TPH, read again when
+    /// its pass writes it.
     Folded(FoldedEntry),
 }
 
@@ -28,9 +34,9 @@ pub(crate) enum Written {
 // needs the two entries to be the same size.
 const _: () = assert!(std::mem::size_of::<Written>() == std::mem::size_of::<DeltaEntry>());
 
-/// A folded piece's live entry without its value. Its `key_hash2` is
-/// computed again when asked for: with it, the entry would not fit beside
-/// a held entry's tombstone flag, where [`Written`] keeps its variant.
+/// A live entry without its value. Its `key_hash2` is computed again when
+/// asked for: with it, the entry would not fit beside a held entry's
+/// tombstone flag, where [`Written`] keeps its variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FoldedEntry {
     key: Bytes,
@@ -38,8 +44,67 @@ pub(crate) struct FoldedEntry {
     h: u64,
     /// `TOMBSTONE_LEN` for a tombstone.
     value_len: u32,
-    /// Its piece in the base TPH.
-    piece: u32,
+    origin: Origin,
+}
+
+/// The piece a [`FoldedEntry`] is read again from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Origin {
+    /// 0 for the base TPH, `i + 1` for the merge's input `i`
+    /// ([`super::MergeContext::inputs`]).
+    tph: u16,
+    /// The piece's index in that TPH (at most `MAX_PIECES`).
+    piece: u16,
+}
+
+impl Origin {
+    /// Piece `piece` of the base TPH.
+    fn base(piece: usize) -> Origin {
+        Origin {
+            tph: 0,
+            piece: piece as u16,
+        }
+    }
+
+    /// Piece `piece` of the merge's input `input`.
+    pub(crate) fn input(input: usize, piece: usize) -> Result<Origin> {
+        let tph = u16::try_from(input + 1)
+            .map_err(|_| Error::Internal(format!("a merge of {input} input TPHs")))?;
+        Ok(Origin {
+            tph,
+            piece: piece as u16,
+        })
+    }
+
+    /// The piece, if the base and the inputs hold it.
+    fn piece<'a>(
+        self,
+        base: Option<&'a Tph>,
+        inputs: &'a [Arc<Tph>],
+    ) -> Option<&'a Arc<PieceFile>> {
+        let tph = match self.tph {
+            0 => base?,
+            i => inputs.get(usize::from(i) - 1)?,
+        };
+        tph.pieces.get(usize::from(self.piece))
+    }
+}
+
+// Piece indexes fit an origin's.
+const _: () = assert!(super::meta::MAX_PIECES <= u16::MAX as usize + 1);
+
+impl FoldedEntry {
+    /// `e`'s shape, with its key hash `h`, read again from `origin`. The key
+    /// is copied, like a held entry's (see [`DeltaEntry::copied`]).
+    pub(crate) fn shape_of(e: &Entry, h: u64, origin: Origin, copies: &mut Copies) -> FoldedEntry {
+        FoldedEntry {
+            key: copies.bytes(&e.key),
+            seq: e.seq,
+            h,
+            value_len: e.value.as_ref().map_or(TOMBSTONE_LEN, |v| v.len() as u32),
+            origin,
+        }
+    }
 }
 
 /// A folded tombstone's `value_len` (values are at most
@@ -47,6 +112,29 @@ pub(crate) struct FoldedEntry {
 const TOMBSTONE_LEN: u32 = u32::MAX;
 
 impl Written {
+    /// `list` as entries to write, in place.
+    pub(crate) fn held(list: Vec<DeltaEntry>) -> Vec<Written> {
+        list.into_iter().map(Written::Held).collect()
+    }
+
+    /// Memory `list` holds: its entries, and with `copied` the bytes they
+    /// copied out of pieces (not shared with a memtable): a held entry's
+    /// key and value, a folded one's key.
+    pub(crate) fn list_memory(list: &Vec<Written>, copied: bool) -> u64 {
+        let entries = list.capacity() * std::mem::size_of::<Written>();
+        let bytes: usize = if copied {
+            list.iter()
+                .map(|e| match e {
+                    Written::Held(e) => e.held_bytes(),
+                    Written::Folded(f) => f.key.len(),
+                })
+                .sum()
+        } else {
+            0
+        };
+        (entries + bytes) as u64
+    }
+
     pub(crate) fn h(&self) -> u64 {
         match self {
             Written::Held(e) => e.h,
@@ -90,9 +178,8 @@ impl EntryShape for Written {
 }
 
 /// The live entries of the victim pieces that the delta does not replace,
-/// which move into the new piece, and the passes the new piece is written
-/// in: one when they are held, enough that each pass reads at most about
-/// `fold_memory_bytes` of them again otherwise.
+/// which move into the new piece: held when they fit `fold_memory_bytes`,
+/// else by shape.
 pub(super) fn carry_victims(
     base: &Tph,
     victim: &[bool],
@@ -100,7 +187,7 @@ pub(super) fn carry_victims(
     superseded: &Superseded,
     fold_memory_bytes: u64,
     stats: &mut MergeStats,
-) -> Result<(Vec<Written>, usize)> {
+) -> Result<Vec<Written>> {
     let victims: Vec<usize> = (0..base.pieces.len()).filter(|&i| victim[i]).collect();
     let holding: u64 = victims
         .iter()
@@ -129,55 +216,57 @@ pub(super) fn carry_victims(
             carried.push(if held {
                 Written::Held(DeltaEntry::copied(&e, h, h2, &mut copies))
             } else {
-                Written::Folded(FoldedEntry {
-                    // Copied, like a held entry's (see `DeltaEntry::copied`).
-                    key: copies.bytes(&e.key),
-                    seq: e.seq,
-                    h,
-                    value_len: e.value.as_ref().map_or(TOMBSTONE_LEN, |v| v.len() as u32),
-                    piece: i as u32,
-                })
+                Written::Folded(FoldedEntry::shape_of(&e, h, Origin::base(i), &mut copies))
             });
         }
     }
-    let passes = if held {
-        1
-    } else {
-        let live_bytes: u64 = carried
-            .iter()
-            .map(|e| e.encoded_len() as u64 + MERGE_BYTES_PER_ENTRY)
-            .sum();
-        live_bytes.div_ceil(fold_memory_bytes.max(1)).max(1) as usize
-    };
-    Ok((carried, passes))
+    Ok(carried)
+}
+
+/// The passes a piece of `written` is written in: enough that each reads
+/// at most about `memory_bytes` of its entries held by shape again (one
+/// when none is).
+pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
+    let read_again: u64 = written
+        .iter()
+        .filter(|e| matches!(e, Written::Folded(_)))
+        .map(|e| e.encoded_len() as u64 + MERGE_BYTES_PER_ENTRY)
+        .sum();
+    read_again.div_ceil(memory_bytes.max(1)).max(1) as usize
 }
 
 /// The entries of one pass's run of slots (indices into `written`; empty
 /// slots are past its end): the held ones where they are, the folded ones
-/// read again from their pieces (only the blocks that hold them) and
-/// checked against their shapes. With nothing `folded`, the run is not
-/// looked at.
+/// read again from their pieces in `base` or `inputs` (only the blocks
+/// that hold them) and checked against their shapes. With nothing
+/// `folded`, the run is not looked at.
 pub(super) fn load_pass<'a>(
     base: Option<&Tph>,
+    inputs: &[Arc<Tph>],
     written: &'a [Written],
     folded: bool,
     run: &[u32],
     stats: &mut MergeStats,
 ) -> Result<PassEntries<'a>> {
     let mut loaded = Vec::new();
-    if let (Some(base), true) = (base, folded) {
+    if folded {
         let mut copies = Copies::default();
-        // (piece, h, h2, index) of the folded entries the run holds.
-        let mut wanted: Vec<(u32, u64, u64, u32)> = run
+        // (origin, h, h2, index) of the folded entries the run holds.
+        let mut wanted: Vec<(Origin, u64, u64, u32)> = run
             .iter()
             .filter_map(|&i| match written.get(i as usize) {
-                Some(Written::Folded(f)) => Some((f.piece, f.h, key_hash2(&f.key), i)),
+                Some(Written::Folded(f)) => Some((f.origin, f.h, key_hash2(&f.key), i)),
                 _ => None,
             })
             .collect();
         wanted.sort_unstable();
         for group in wanted.chunk_by(|a, b| a.0 == b.0) {
-            let piece = &base.pieces[group[0].0 as usize];
+            let piece = group[0].0.piece(base, inputs).ok_or_else(|| {
+                Error::Internal(format!(
+                    "no piece {:?} to read folded entries from",
+                    group[0].0
+                ))
+            })?;
             let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
             hashes.dedup();
             stats.fold_bytes_read += piece.for_each_entry_with_hashes(&hashes, |e| {
@@ -197,7 +286,7 @@ pub(super) fn load_pass<'a>(
             })?;
         }
         loaded.sort_unstable_by_key(|&(i, _)| i);
-        check_loaded(base, written, &wanted, &loaded)?;
+        check_loaded(base, inputs, written, &wanted, &loaded)?;
     }
     Ok(PassEntries { written, loaded })
 }
@@ -205,12 +294,13 @@ pub(super) fn load_pass<'a>(
 /// Refuses a pass whose folded entries are not all found again as they
 /// were: the new piece's blocks would not match its other sections.
 fn check_loaded(
-    base: &Tph,
+    base: Option<&Tph>,
+    inputs: &[Arc<Tph>],
     written: &[Written],
-    wanted: &[(u32, u64, u64, u32)],
+    wanted: &[(Origin, u64, u64, u32)],
     loaded: &[(u32, DeltaEntry)],
 ) -> Result<()> {
-    for &(piece, _, _, i) in wanted {
+    for &(origin, _, _, i) in wanted {
         let at = loaded.binary_search_by_key(&i, |&(j, _)| j);
         let planned = &written[i as usize];
         let same = at.is_ok_and(|at| {
@@ -225,7 +315,7 @@ fn check_loaded(
                 format!("{:?}", String::from_utf8_lossy(planned.key())),
                 if at.is_ok() { "another entry" } else { "none" },
             )
-            .at(base.pieces[piece as usize].name()));
+            .at(origin.piece(base, inputs).map_or("", |p| p.name())));
         }
     }
     Ok(())

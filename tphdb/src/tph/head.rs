@@ -113,7 +113,7 @@ pub(super) fn write_head(
         &piece_options,
         &extra,
         passes,
-        &mut |run| load_pass(base, written, folded, run, stats),
+        &mut |run| load_pass(base, ctx.inputs, written, folded, run, stats),
     );
     if let Err(e) = write_result {
         let _ = ctx.fs.remove(&path);

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::base::{held_hashes, supersede, LiveKeys};
 use super::copies::Copies;
-use super::fold::{carry_victims, Written};
+use super::fold::{carry_victims, passes_for, Written};
 use super::garbage::{live_shadowed, piece_garbage};
 use super::head::{build_index_sections, new_meta, write_head};
 use super::meta::MAX_PIECES;
@@ -110,11 +110,16 @@ impl DeltaEntry {
     pub(crate) fn list_memory(list: &Vec<DeltaEntry>, copied: bool) -> u64 {
         let entries = list.capacity() * std::mem::size_of::<DeltaEntry>();
         let bytes = if copied {
-            list.iter().map(|e| e.bytes.len()).sum()
+            list.iter().map(DeltaEntry::held_bytes).sum()
         } else {
             0
         };
         (entries + bytes) as u64
+    }
+
+    /// The key's and value's bytes.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.bytes.len()
     }
 
     /// The entry as a piece writes it.
@@ -177,6 +182,10 @@ pub(crate) struct MergeContext<'a> {
     /// Base pieces a running push-down carries down: kept rather than
     /// folded (see [`pick_victims`]).
     pub(crate) pinned: &'a [u64],
+    /// The TPHs the delta was read from, when some of its entries are held
+    /// by shape ([`super::fold::Origin`]): their values are read again as
+    /// the new piece is written.
+    pub(crate) inputs: &'a [Arc<Tph>],
     /// Base pieces to drop whole with their entries: those a push-down
     /// carried down, at its end. Only the newer pieces remain, so every
     /// key they hold stays live in them.
@@ -247,23 +256,24 @@ pub(crate) enum MergeOutcome {
     },
 }
 
-/// Merges `delta` (distinct keys, sorted) into `base` and writes the new
-/// head piece. Runs in the current rayon pool.
-///
 /// Memory an entry of a merge's input or of a fold costs beyond its key and
 /// value: in the inputs, the merged list and a partition's.
 pub(crate) const MERGE_BYTES_PER_ENTRY: u64 = 3 * std::mem::size_of::<DeltaEntry>() as u64;
 
-/// Memory: the delta (the job's input), the folded pieces' live entries
-/// (whole within `fold_memory_bytes`, else their shapes and a pass's share
-/// of their values), the replaced keys of the base pieces that stay, and
+/// Merges `delta` (distinct keys, sorted) into `base` and writes the new
+/// head piece. Runs in the current rayon pool.
+///
+/// Memory: the delta (the job's input; entries held by shape take their
+/// keys, and a pass's share of their values), the folded pieces' live
+/// entries (whole within `fold_memory_bytes`, else their shapes and a
+/// pass's share of their values), the replaced keys of the base pieces that stay, and
 /// the new index as it is built; the base's keys are streamed from its
 /// pieces' key-hash sections, and the fuse is built a batch of chunks at a
 /// time within `index_memory_bytes`.
 pub(crate) fn merge(
     ctx: &MergeContext<'_>,
     base: Option<&Tph>,
-    delta: Vec<DeltaEntry>,
+    delta: Vec<Written>,
 ) -> Result<MergeOutcome> {
     debug_assert!(delta.windows(2).all(|w| w[0].key() < w[1].key()));
     let mut stats = MergeStats::default();
@@ -313,7 +323,7 @@ pub(crate) fn merge(
     if !changed {
         return Ok(MergeOutcome::Unchanged);
     }
-    let (carried, passes) = match base {
+    let carried = match base {
         Some(b) => carry_victims(
             b,
             &victim,
@@ -322,7 +332,7 @@ pub(crate) fn merge(
             ctx.fold_memory_bytes,
             &mut stats,
         )?,
-        None => (Vec::new(), 1),
+        None => Vec::new(),
     };
     stats.pieces_dropped = live_counts.iter().filter(|&&l| l == 0).count() as u64;
     let remaining: Vec<usize> = (0..base_pieces.len())
@@ -331,8 +341,7 @@ pub(crate) fn merge(
 
     let shadowed = shadowed_entries(ctx, base, &delta, &victim, &live_counts);
     let carried_bytes = encoded_bytes(&carried);
-    // In place: a written entry is the size of a delta entry.
-    let mut written: Vec<Written> = delta.into_iter().map(Written::Held).collect();
+    let mut written = delta;
     written.reserve_exact(carried.len());
     written.extend(carried);
     if ctx.bottom {
@@ -340,6 +349,7 @@ pub(crate) fn merge(
         drop_bottom_tombstones(&mut written, &pieces, &mut stats)?;
     }
     written.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+    let passes = passes_for(&written, ctx.fold_memory_bytes);
 
     let obsolete = obsolete_files(base, &dead, &victim, &remaining);
     let mut live = LiveKeys {
@@ -532,7 +542,7 @@ fn obsolete_files(
 fn shadowed_entries(
     ctx: &MergeContext<'_>,
     base: Option<&Tph>,
-    delta: &[DeltaEntry],
+    delta: &[Written],
     victim: &[bool],
     live_counts: &[u64],
 ) -> u64 {
@@ -542,7 +552,7 @@ fn shadowed_entries(
     let below = below();
     let mut shadowed = delta
         .iter()
-        .filter(|e| below.holds_below(ctx.level, e.key(), e.h))
+        .filter(|e| below.holds_below(ctx.level, e.key(), e.h()))
         .count() as u64;
     if let Some(b) = base {
         for (i, p) in b.pieces.iter().enumerate().filter(|&(i, _)| victim[i]) {

@@ -31,6 +31,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use cursor::TphCursor;
+pub(crate) use fold::Written;
+use fold::{FoldedEntry, Origin};
 pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
 pub(crate) use merge::{
@@ -46,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::{key_hash, key_hash2};
 use crate::phf::Phf;
-use crate::piece::{Entry, KeyHashCursor, ReadCount};
+use crate::piece::{Entry, EntryShape, KeyHashCursor, ReadCount};
 
 /// A two-tier perfect hash table. Immutable; a compaction makes a new one.
 pub(crate) struct Tph {
@@ -401,9 +403,43 @@ impl Tph {
     pub(crate) fn live_entries_in(
         &self,
         hashes: RangeInclusive<u64>,
-        mut passes: Option<&mut RangePasses>,
+        passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
     ) -> Result<Vec<DeltaEntry>> {
+        let mut out = self.live_in(hashes, passes, stats, |e, h, _, copies| {
+            DeltaEntry::copied(e, h, key_hash2(&e.key), copies)
+        })?;
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        Ok(out)
+    }
+
+    /// [`Tph::live_entries_in`] by shape: each entry's key and the piece to
+    /// read it again from, as the merge's input `input`, without its value.
+    pub(crate) fn live_shapes_in(
+        &self,
+        input: usize,
+        hashes: RangeInclusive<u64>,
+        passes: Option<&mut RangePasses>,
+        stats: &mut MergeStats,
+    ) -> Result<Vec<Written>> {
+        Origin::input(input, 0)?;
+        let mut out = self.live_in(hashes, passes, stats, |e, h, piece, copies| {
+            let origin = Origin::input(input, piece).expect("checked above");
+            Written::Folded(FoldedEntry::shape_of(e, h, origin, copies))
+        })?;
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        Ok(out)
+    }
+
+    /// The live entries whose key hash lies in `hashes`, as `make` takes
+    /// each (with its key hash and piece), unsorted.
+    fn live_in<T>(
+        &self,
+        hashes: RangeInclusive<u64>,
+        mut passes: Option<&mut RangePasses>,
+        stats: &mut MergeStats,
+        mut make: impl FnMut(&Entry, u64, usize, &mut Copies) -> T,
+    ) -> Result<Vec<T>> {
         if let Some(passes) = passes.as_deref_mut() {
             passes.start(self, &hashes);
         }
@@ -417,7 +453,7 @@ impl Tph {
             let mut keep = |e: Entry| {
                 let h = key_hash(&e.key);
                 if hashes.contains(&h) && self.index.route(&e.key, h) == Some(i) {
-                    out.push(DeltaEntry::copied(&e, h, key_hash2(&e.key), &mut copies));
+                    out.push(make(&e, h, i, &mut copies));
                 }
             };
             match passes.as_deref_mut() {
@@ -436,7 +472,6 @@ impl Tph {
                 }
             }
         }
-        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         Ok(out)
     }
 

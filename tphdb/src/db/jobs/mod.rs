@@ -21,7 +21,7 @@ use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
 use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, Tph};
+use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, Tph, Written};
 use crate::version::{Version, VersionEdit};
 
 pub(crate) mod priority;
@@ -351,7 +351,7 @@ impl Inner {
                 let delta = memtables_delta(&newest);
                 let _held = HeldBytes::new(&self.stats, DeltaEntry::list_memory(&delta, false));
                 if self.opts.one_level {
-                    self.merge_into_level(1, delta, true, &mut change)?;
+                    self.merge_into_level(1, Written::held(delta), &[], true, &mut change)?;
                 } else if !delta.is_empty() {
                     self.add_level0_tph(delta, &mut change)?;
                 }
@@ -411,7 +411,8 @@ impl Inner {
         change: &mut Change,
     ) -> Result<()> {
         let number = self.new_file_number()?;
-        let outcome = merge(&self.merge_context(0, 0, false, number), None, delta)?;
+        let ctx = self.merge_context(0, 0, false, number);
+        let outcome = merge(&ctx, None, Written::held(delta))?;
         if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
             change.edit.add_l0.push(tph.head_number());
             change.new_tphs.insert(tph.head_number(), Arc::from(tph));
@@ -485,6 +486,7 @@ impl Inner {
                 }
             },
             pinned: &[],
+            inputs: &[],
             carried_down: &[],
             below: None,
         }

@@ -7,7 +7,6 @@ use proptest::prelude::*;
 use super::*;
 use crate::cursor::Cursor;
 use crate::fs::{FileSystem, MemFs, ReadMode};
-use crate::hash::partition_of;
 use crate::hash::test_support::set_hash_bits;
 use crate::piece::{BlockCache, PieceOptions};
 
@@ -84,6 +83,26 @@ impl Harness {
                 DeltaEntry::copy_of(k, v.as_deref(), self.seq)
             })
             .collect();
+        for (k, v) in ops {
+            self.model.insert(k.clone(), v.clone());
+        }
+        let empty = ops.is_empty();
+        self.merge_written(Written::held(delta), &[], empty)
+    }
+
+    /// Merges `delta`, read again from `inputs` where held by shape; the
+    /// caller keeps the model. `empty`: the delta is empty.
+    fn merge_written(
+        &mut self,
+        delta: Vec<Written>,
+        inputs: &[Arc<Tph>],
+        empty: bool,
+    ) -> MergeStats {
+        let outcome = self.try_merge(delta, inputs).unwrap();
+        self.take(outcome, empty)
+    }
+
+    fn try_merge(&mut self, delta: Vec<Written>, inputs: &[Arc<Tph>]) -> Result<MergeOutcome> {
         let ctx = MergeContext {
             fs: &self.fs,
             dir: &self.dir,
@@ -104,17 +123,19 @@ impl Harness {
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
             hashes: 0..=u64::MAX,
             pinned: &self.pinned,
+            inputs,
             carried_down: &self.carried_down,
             below: None,
         };
         self.next_number += 1;
-        let outcome = merge(&ctx, self.tph.as_deref(), delta).unwrap();
-        for (k, v) in ops {
-            self.model.insert(k.clone(), v.clone());
-        }
+        merge(&ctx, self.tph.as_deref(), delta)
+    }
+
+    /// The TPH `outcome` leaves.
+    fn take(&mut self, outcome: MergeOutcome, empty: bool) -> MergeStats {
         match outcome {
             MergeOutcome::Unchanged => {
-                assert!(ops.is_empty());
+                assert!(empty);
                 MergeStats::default()
             }
             MergeOutcome::Emptied { obsolete, stats } => {
@@ -165,7 +186,7 @@ impl Harness {
         );
         assert_eq!(again.piece_numbers(), tph.piece_numbers());
         self.check_tph(&again);
-        check_hash_ranges(tph);
+        passes::check_hash_ranges(tph);
     }
 
     fn check_tph(&self, tph: &Arc<Tph>) {
@@ -239,44 +260,6 @@ impl Harness {
         };
         want.sort();
         assert_eq!(on_disk, want);
-    }
-}
-
-/// The live entries of the partitions of a level, read one partition at a
-/// time from the blocks that hold them, are those a whole read gives, each
-/// once (what a merge too large for memory does, a pass per range).
-fn check_hash_ranges(tph: &Tph) {
-    let owned = |l: Vec<DeltaEntry>| -> Vec<_> {
-        l.into_iter()
-            .map(|e| {
-                (
-                    e.key().to_vec(),
-                    e.value().map(<[u8]>::to_vec),
-                    e.seq,
-                    e.h,
-                    e.h2,
-                )
-            })
-            .collect()
-    };
-    let mut stats = MergeStats::default();
-    let all = tph.live_entries_in(0..=u64::MAX, None, &mut stats).unwrap();
-    let all = owned(all);
-    assert_eq!(all.len() as u64, tph.live_count());
-    for partitions in [1, 3, 8] {
-        let mut got = Vec::new();
-        let mut passes = RangePasses::default();
-        for p in 0..partitions {
-            let hashes = crate::hash::hashes_of_partitions(p..p + 1, partitions);
-            let l = tph
-                .live_entries_in(hashes, Some(&mut passes), &mut stats)
-                .unwrap();
-            assert!(l.iter().all(|e| partition_of(e.h, partitions) == p));
-            got.extend(owned(l));
-        }
-        passes.finish(tph, &mut stats).unwrap();
-        got.sort();
-        assert_eq!(got, all, "{partitions} partitions");
     }
 }
 

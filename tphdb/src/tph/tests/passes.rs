@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use super::{key, Harness};
-use crate::tph::{MergeStats, RangePasses};
+use crate::error::Error;
+use crate::fs::FileSystem;
+use crate::hash::partition_of;
+use crate::tph::{piece_file_name, DeltaEntry, MergeStats, RangePasses, Tph, Written};
 
 /// An index built in passes reads each piece's key hashes once, not once
 /// a pass (each pass read them whole before: nine times here).
@@ -89,4 +92,124 @@ fn passes_over_ascending_ranges_read_each_piece_key_hashes_once() {
     passes.finish(tph, &mut stats).unwrap();
     assert_eq!(found, tph.live_count());
     assert_eq!(stats.hash_bytes_read, stored * 16);
+}
+
+/// The live entries of the partitions of a level, read one partition at a
+/// time from the blocks that hold them, are those a whole read gives, each
+/// once (what a merge too large for memory does, a pass per range).
+pub(super) fn check_hash_ranges(tph: &Tph) {
+    let owned = |l: Vec<DeltaEntry>| -> Vec<_> {
+        l.into_iter()
+            .map(|e| {
+                (
+                    e.key().to_vec(),
+                    e.value().map(<[u8]>::to_vec),
+                    e.seq,
+                    e.h,
+                    e.h2,
+                )
+            })
+            .collect()
+    };
+    let mut stats = MergeStats::default();
+    let all = tph.live_entries_in(0..=u64::MAX, None, &mut stats).unwrap();
+    let all = owned(all);
+    assert_eq!(all.len() as u64, tph.live_count());
+    for partitions in [1, 3, 8] {
+        let mut got = Vec::new();
+        let mut passes = RangePasses::default();
+        for p in 0..partitions {
+            let hashes = crate::hash::hashes_of_partitions(p..p + 1, partitions);
+            let l = tph
+                .live_entries_in(hashes, Some(&mut passes), &mut stats)
+                .unwrap();
+            assert!(l.iter().all(|e| partition_of(e.h, partitions) == p));
+            got.extend(owned(l));
+        }
+        passes.finish(tph, &mut stats).unwrap();
+        got.sort();
+        assert_eq!(got, all, "{partitions} partitions");
+    }
+}
+
+/// A delta read from a TPH by shape (a push-down's pass past its memory)
+/// writes, in passes that read its values again from that TPH's pieces,
+/// the very piece that the delta held whole writes.
+#[test]
+fn a_delta_held_by_shape_writes_the_piece_a_held_delta_writes() {
+    // Three rounds of overwrites and deletes; `longer` values.
+    let source = |longer: usize| {
+        let mut source = Harness::new(false, 16);
+        for round in 0..3u32 {
+            let ops = (round * 700..round * 700 + 1000)
+                .map(|i| {
+                    let len = 40 + (i % 90) as usize + longer;
+                    (key(i), (i % 11 != 0).then(|| vec![round as u8; len]))
+                })
+                .collect();
+            source.merge(&ops);
+        }
+        source.tph.unwrap()
+    };
+    let pushed = source(0);
+    assert!(pushed.pieces.len() >= 2, "{} pieces", pushed.pieces.len());
+    let mut stats = MergeStats::default();
+    let held = pushed
+        .live_entries_in(0..=u64::MAX, None, &mut stats)
+        .unwrap();
+    let shapes = pushed
+        .live_shapes_in(0, 0..=u64::MAX, None, &mut stats)
+        .unwrap();
+    assert!(shapes.iter().all(|e| matches!(e, Written::Folded(_))));
+
+    // Two targets alike, holding some of the keys already.
+    let target = || {
+        let mut t = Harness::new(true, 16);
+        t.seq = 10_000;
+        t.next_number = 100;
+        let ops = (1500..2500)
+            .map(|i| (key(i), Some(vec![9u8; 30])))
+            .collect();
+        t.merge(&ops);
+        t.fold_memory_bytes = 8 << 10;
+        t
+    };
+    let (mut a, mut b) = (target(), target());
+    let model: Vec<(Vec<u8>, Option<Vec<u8>>)> = held
+        .iter()
+        .map(|e: &DeltaEntry| (e.key().to_vec(), e.value().map(<[u8]>::to_vec)))
+        .collect();
+    for t in [&mut a, &mut b] {
+        for (k, v) in &model {
+            t.model.insert(k.clone(), v.clone());
+        }
+    }
+    a.merge_written(Written::held(held), &[], false);
+    let read_again = b.merge_written(shapes, std::slice::from_ref(&pushed), false);
+    // The values were read again, and in several passes.
+    assert!(read_again.fold_bytes_read > 0);
+    a.check();
+    b.check();
+    let head = |t: &Harness| -> Vec<u8> {
+        let number = t.tph.as_ref().unwrap().head_number();
+        t.mem
+            .read_file(&t.dir.join(piece_file_name(number)))
+            .unwrap()
+    };
+    assert!(head(&a) == head(&b), "the pieces differ");
+
+    // Read again from a TPH whose entries are not those shapes (their
+    // values are longer), the merge fails as corrupt and leaves no file.
+    let mut c = target();
+    let shapes = pushed
+        .live_shapes_in(0, 0..=u64::MAX, None, &mut stats)
+        .unwrap();
+    let files = c.mem.list(&c.dir).unwrap();
+    let other = source(1);
+    let err = c
+        .try_merge(shapes, &[other])
+        .err()
+        .expect("a corrupt merge");
+    assert!(matches!(err, Error::Corruption { .. }), "{err}");
+    assert_eq!(c.mem.list(&c.dir).unwrap(), files);
 }
