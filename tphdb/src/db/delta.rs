@@ -212,7 +212,7 @@ impl Inner {
                 })
                 .collect::<Result<Vec<_>>>();
             let lists = lists.inspect_err(|_| discard(change))?;
-            let held: u64 = lists.iter().map(|l| Written::list_memory(l, true)).sum();
+            let held: u64 = lists.iter().map(Written::list_memory).sum();
             let _held = HeldBytes::new(&self.stats, held);
             self.merge_into_level(level, newest_first(lists), inputs, true, change)?;
         }

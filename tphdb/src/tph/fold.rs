@@ -58,22 +58,22 @@ pub(crate) struct Origin {
 }
 
 impl Origin {
-    /// Piece `piece` of the base TPH.
-    fn base(piece: usize) -> Origin {
-        Origin {
-            tph: 0,
-            piece: piece as u16,
-        }
-    }
+    /// The base TPH's first piece.
+    const BASE: Origin = Origin { tph: 0, piece: 0 };
 
-    /// Piece `piece` of the merge's input `input`.
-    pub(crate) fn input(input: usize, piece: usize) -> Result<Origin> {
+    /// The first piece of the merge's input `input`.
+    pub(crate) fn input(input: usize) -> Result<Origin> {
         let tph = u16::try_from(input + 1)
             .map_err(|_| Error::Internal(format!("a merge of {input} input TPHs")))?;
-        Ok(Origin {
-            tph,
+        Ok(Origin { tph, piece: 0 })
+    }
+
+    /// Piece `piece` of the same TPH.
+    pub(crate) fn at(self, piece: usize) -> Origin {
+        Origin {
             piece: piece as u16,
-        })
+            ..self
+        }
     }
 
     /// The piece, if the base and the inputs hold it.
@@ -117,21 +117,18 @@ impl Written {
         list.into_iter().map(Written::Held).collect()
     }
 
-    /// Memory `list` holds: its entries, and with `copied` the bytes they
-    /// copied out of pieces (not shared with a memtable): a held entry's
-    /// key and value, a folded one's key.
-    pub(crate) fn list_memory(list: &Vec<Written>, copied: bool) -> u64 {
+    /// Memory `list` holds, its entries read from pieces: the entries, and
+    /// the bytes they copied out (a held entry's key and value, a folded
+    /// one's key).
+    pub(crate) fn list_memory(list: &Vec<Written>) -> u64 {
         let entries = list.capacity() * std::mem::size_of::<Written>();
-        let bytes: usize = if copied {
-            list.iter()
-                .map(|e| match e {
-                    Written::Held(e) => e.held_bytes(),
-                    Written::Folded(f) => f.key.len(),
-                })
-                .sum()
-        } else {
-            0
-        };
+        let bytes: usize = list
+            .iter()
+            .map(|e| match e {
+                Written::Held(e) => e.held_bytes(),
+                Written::Folded(f) => f.key.len(),
+            })
+            .sum();
         (entries + bytes) as u64
     }
 
@@ -216,7 +213,12 @@ pub(super) fn carry_victims(
             carried.push(if held {
                 Written::Held(DeltaEntry::copied(&e, h, h2, &mut copies))
             } else {
-                Written::Folded(FoldedEntry::shape_of(&e, h, Origin::base(i), &mut copies))
+                Written::Folded(FoldedEntry::shape_of(
+                    &e,
+                    h,
+                    Origin::BASE.at(i),
+                    &mut copies,
+                ))
             });
         }
     }

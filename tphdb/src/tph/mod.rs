@@ -406,11 +406,9 @@ impl Tph {
         passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
     ) -> Result<Vec<DeltaEntry>> {
-        let mut out = self.live_in(hashes, passes, stats, |e, h, _, copies| {
+        self.live_in(hashes, passes, stats, |e, h, _, copies| {
             DeltaEntry::copied(e, h, key_hash2(&e.key), copies)
-        })?;
-        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
-        Ok(out)
+        })
     }
 
     /// [`Tph::live_entries_in`] by shape: each entry's key and the piece to
@@ -422,18 +420,15 @@ impl Tph {
         passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
     ) -> Result<Vec<Written>> {
-        Origin::input(input, 0)?;
-        let mut out = self.live_in(hashes, passes, stats, |e, h, piece, copies| {
-            let origin = Origin::input(input, piece).expect("checked above");
-            Written::Folded(FoldedEntry::shape_of(e, h, origin, copies))
-        })?;
-        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
-        Ok(out)
+        let origin = Origin::input(input)?;
+        self.live_in(hashes, passes, stats, |e, h, piece, copies| {
+            Written::Folded(FoldedEntry::shape_of(e, h, origin.at(piece), copies))
+        })
     }
 
     /// The live entries whose key hash lies in `hashes`, as `make` takes
-    /// each (with its key hash and piece), unsorted.
-    fn live_in<T>(
+    /// each (with its key hash and piece), sorted by key.
+    fn live_in<T: EntryShape>(
         &self,
         hashes: RangeInclusive<u64>,
         mut passes: Option<&mut RangePasses>,
@@ -472,6 +467,7 @@ impl Tph {
                 }
             }
         }
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         Ok(out)
     }
 
