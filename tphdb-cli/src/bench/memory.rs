@@ -20,14 +20,31 @@ pub fn peak_rss() -> u64 {
 
 fn status_kb(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
+    field_kb(&s, field)
+}
+
+fn field_kb(status: &str, field: &str) -> u64 {
+    status
+        .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0)
 }
 
+/// The resident set by kind, in bytes: anonymous memory (heaps, arenas,
+/// stacks) and file pages mapped into the process (the binary, and an
+/// engine's memory-mapped files).
+fn rss_by_kind() -> [(&'static str, u64); 2] {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    [
+        ("process_anon", field_kb(&s, "RssAnon:") << 10),
+        ("process_file", field_kb(&s, "RssFile:") << 10),
+    ]
+}
+
 /// Samples a second apart, in MB: `rss` and, by name, the engine's parts
-/// ([`Kv::memory_parts`]).
+/// ([`Kv::memory_parts`]) and the resident set's anonymous and file-backed
+/// parts (`process_anon`, `process_file`), which every engine has.
 #[derive(Debug, Default)]
 pub struct MemoryTimeline {
     pub rss_mb: Vec<f64>,
@@ -38,7 +55,7 @@ impl MemoryTimeline {
     fn sample(&mut self, db: &dyn Kv) {
         let mb = |b: u64| (b as f64 / 1e5).round() / 10.0;
         self.rss_mb.push(mb(rss()));
-        for (name, bytes) in db.memory_parts() {
+        for (name, bytes) in db.memory_parts().into_iter().chain(rss_by_kind()) {
             self.parts_mb
                 .entry(name.to_string())
                 .or_default()
@@ -115,5 +132,13 @@ mod tests {
     fn this_process_has_a_resident_set_within_its_peak() {
         let (now, peak) = (rss(), peak_rss());
         assert!(now > 0 && now <= peak, "{now} resident, peak {peak}");
+    }
+
+    #[test]
+    fn the_resident_set_splits_into_anonymous_and_file_pages() {
+        let [(_, anon), (_, file)] = rss_by_kind();
+        // The test binary's own pages are file-backed; its heap anonymous.
+        assert!(anon > 0 && file > 0, "{anon} anonymous, {file} file");
+        assert!(anon + file <= peak_rss() + (1 << 20));
     }
 }

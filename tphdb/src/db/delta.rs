@@ -110,8 +110,8 @@ pub(super) fn memtables_delta(mems: &[&MemTable]) -> Vec<DeltaEntry> {
         .map(|mem| {
             let arena = mem.freeze();
             mem.newest_versions().map(move |v| {
-                let bytes = arena.share(v.key_and_value);
-                DeltaEntry::new(bytes, v.key.len(), v.value.is_none(), v.seq)
+                let (chunk, off) = arena.share(v.key_and_value);
+                DeltaEntry::new(chunk, off, v.key.len(), v.value.map(<[u8]>::len), v.seq)
             })
         })
         .collect();
@@ -327,7 +327,7 @@ mod tests {
         let oldest = vec![entry("a", 10), entry("d", 11), entry("e", 12)];
         let got: Vec<(Bytes, u64)> = newest_first(vec![newest, middle, oldest])
             .into_iter()
-            .map(|e| (e.key_bytes(), e.seq))
+            .map(|e| (Bytes::copy_from_slice(e.key()), e.seq))
             .collect();
         let want: Vec<(Bytes, u64)> = [("a", 20), ("b", 30), ("c", 22), ("d", 31), ("e", 12)]
             .iter()

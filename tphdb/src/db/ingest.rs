@@ -23,6 +23,7 @@ use super::stats::JobCause;
 use super::{Inner, DB};
 use crate::error::{Error, Result};
 use crate::piece::check_limits;
+use crate::tph::chunk::Chunk;
 use crate::tph::{DeltaEntry, Written};
 
 /// What a bulk load has written so far.
@@ -80,7 +81,8 @@ impl std::fmt::Debug for BulkLoader<'_> {
 
 impl<'a> BulkLoader<'a> {
     pub(super) fn new(db: &'a DB) -> BulkLoader<'a> {
-        let chunk_bytes = db.inner.opts.write_buffer_bytes.max(4 << 10);
+        // Entries lie at offsets below 4 GiB in their chunk.
+        let chunk_bytes = db.inner.opts.write_buffer_bytes.clamp(4 << 10, 1 << 30);
         BulkLoader {
             db,
             chunk_bytes,
@@ -190,13 +192,15 @@ fn sort_and_write(inner: &Arc<Inner>, data: Bytes, mut slots: Vec<Slot>) -> Resu
             .iter()
             .map(|s| u64::from(s.key_len) + u64::from(s.value_len))
             .sum();
+        let chunk = Chunk::shared(data);
         inner.ingest_chunk(keys, user_bytes, |first_seq| {
             unique
                 .iter()
                 .zip(first_seq..)
                 .map(|(s, seq)| {
-                    let end = s.start + s.key_len as usize + s.value_len as usize;
-                    DeltaEntry::new(data.slice(s.start..end), s.key_len as usize, false, seq)
+                    let off = u32::try_from(s.start).expect("a chunk of at most 2 GiB");
+                    let (key_len, value_len) = (s.key_len as usize, s.value_len as usize);
+                    DeltaEntry::new(chunk.clone(), off, key_len, Some(value_len), seq)
                 })
                 .collect()
         })?;

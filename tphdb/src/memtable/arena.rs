@@ -1,7 +1,7 @@
 //! The memtable's arena: entries are bump-allocated in blocks mapped from
 //! the kernel that live as long as the list. A frozen list shares its
-//! blocks as [`Bytes`] (a flush hands out keys and values without copying)
-//! or moves them to a file (`SkipList::spill`).
+//! blocks as chunks ([`crate::tph::chunk`]: a flush hands out keys and
+//! values without copying) or moves them to a file (`SkipList::spill`).
 
 #[cfg(miri)]
 use std::alloc::{alloc, dealloc};
@@ -11,12 +11,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::tph::chunk::Chunk;
+
 /// Arena blocks are allocated this large; entries over a quarter of it get a
 /// block of their own so that a big value wastes no block tail.
 pub(super) const BLOCK_BYTES: usize = 1 << 20;
 pub(super) const ALIGN: usize = 8;
 
-/// A block of arena memory, freed when the list and every [`Bytes`] taken
+/// A block of arena memory, freed when the list and every [`Chunk`] taken
 /// from a frozen list are gone.
 ///
 /// Blocks are mapped from the kernel, not taken from the allocator: glibc
@@ -142,20 +144,20 @@ impl Arena {
         p
     }
 
-    /// The written blocks as [`Bytes`], by address.
+    /// The written blocks as chunks, by address.
     pub(super) fn share(&self) -> FrozenArena {
-        let mut blocks: Vec<Bytes> = self
+        let mut blocks: Vec<Arc<Chunk>> = self
             .blocks
             .iter()
             .filter(|(_, len)| *len > 0)
             .map(|(block, len)| {
-                Bytes::from_owner(WrittenBlock {
+                Chunk::shared(Bytes::from_owner(WrittenBlock {
                     block: block.clone(),
                     len: *len,
-                })
+                }))
             })
             .collect();
-        blocks.sort_unstable_by_key(|b| b.as_ptr().addr());
+        blocks.sort_unstable_by_key(|b| b.first_addr());
         FrozenArena { blocks }
     }
 
@@ -199,27 +201,29 @@ impl Arena {
     }
 }
 
-/// The arena of a frozen list as [`Bytes`], so that its keys and values can
-/// be handed out without copying.
+/// The arena of a frozen list as chunks, so that its entries can be
+/// handed out without copying.
 pub(crate) struct FrozenArena {
     /// Each block's written bytes, by address.
-    blocks: Vec<Bytes>,
+    blocks: Vec<Arc<Chunk>>,
 }
 
 impl FrozenArena {
-    /// `s`, a key or value of the frozen list, as a [`Bytes`] sharing the
-    /// arena.
+    /// `s`, bytes of the frozen list (an entry's key and value), as the
+    /// chunk it lies in and its offset there.
     ///
     /// # Panics
     /// If `s` is not in the arena.
-    pub(crate) fn share(&self, s: &[u8]) -> Bytes {
-        if s.is_empty() {
-            return Bytes::new();
-        }
+    pub(crate) fn share(&self, s: &[u8]) -> (Arc<Chunk>, u32) {
+        let block = self.block_of(s);
+        let off = block.offset_of(s).expect("a slice of the arena");
+        (block.clone(), off)
+    }
+
+    fn block_of(&self, s: &[u8]) -> &Arc<Chunk> {
         let addr = s.as_ptr().addr();
-        let i = self.blocks.partition_point(|b| b.as_ptr().addr() <= addr);
-        let block = &self.blocks[i.checked_sub(1).expect("a slice of the arena")];
-        block.slice_ref(s)
+        let i = self.blocks.partition_point(|b| b.first_addr() <= addr);
+        &self.blocks[i.checked_sub(1).expect("a slice of the arena")]
     }
 }
 

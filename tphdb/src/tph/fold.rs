@@ -10,48 +10,28 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::base::{route, Superseded};
 use super::copies::Copies;
-use super::merge::{DeltaEntry, MergeStats, MERGE_BYTES_PER_ENTRY};
+use super::merge::{DeltaEntry, MergeStats, HELD, MERGE_BYTES_PER_ENTRY};
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
 use crate::piece::{Entry, EntryRef, EntryShape, EntrySource};
 
-/// An entry of the new piece.
+/// An entry of the new piece: held in memory (the delta's, or a folded
+/// piece's that fit), or held by shape (a live entry of a folded piece or
+/// of an input TPH without its value, read again when its pass writes it).
+/// The same 40 bytes as a [`DeltaEntry`], so that a merge turns its delta
+/// list into its written list in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Written {
-    /// In memory: the delta's, or a folded piece's that fit.
-    Held(DeltaEntry),
-    /// A live entry of a folded piece or of an input TPH, read again when
-    /// its pass writes it.
-    Folded(FoldedEntry),
-}
+pub(crate) struct Written(DeltaEntry);
 
-// A merge turns its delta list into its written list in place, which
-// needs the two entries to be the same size.
-const _: () = assert!(std::mem::size_of::<Written>() == std::mem::size_of::<DeltaEntry>());
-
-/// A live entry without its value. Its `key_hash2` is computed again when
-/// asked for: with it, the entry would not fit beside a held entry's
-/// tombstone flag, where [`Written`] keeps its variant.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FoldedEntry {
-    key: Bytes,
-    seq: u64,
-    h: u64,
-    /// `TOMBSTONE_LEN` for a tombstone.
-    value_len: u32,
-    origin: Origin,
-}
-
-/// The piece a [`FoldedEntry`] is read again from.
+/// The piece an entry held by shape is read again from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Origin {
     /// 0 for the base TPH, `i + 1` for the merge's input `i`
-    /// ([`super::MergeContext::inputs`]).
+    /// ([`super::MergeContext::inputs`]); never `u16::MAX`, which with
+    /// piece `u16::MAX` is a held entry's mark.
     tph: u16,
     /// The piece's index in that TPH (at most `MAX_PIECES`).
     piece: u16,
@@ -64,7 +44,9 @@ impl Origin {
     /// The first piece of the merge's input `input`.
     pub(crate) fn input(input: usize) -> Result<Origin> {
         let tph = u16::try_from(input + 1)
-            .map_err(|_| Error::Internal(format!("a merge of {input} input TPHs")))?;
+            .ok()
+            .filter(|&t| t < u16::MAX)
+            .ok_or_else(|| Error::Internal(format!("a merge of {input} input TPHs")))?;
         Ok(Origin { tph, piece: 0 })
     }
 
@@ -74,6 +56,17 @@ impl Origin {
             piece: piece as u16,
             ..self
         }
+    }
+
+    fn packed(self) -> u32 {
+        u32::from(self.tph) << 16 | u32::from(self.piece)
+    }
+
+    fn unpacked(origin: u32) -> Option<Origin> {
+        (origin != HELD).then_some(Origin {
+            tph: (origin >> 16) as u16,
+            piece: origin as u16,
+        })
     }
 
     /// The piece, if the base and the inputs hold it.
@@ -91,59 +84,53 @@ impl Origin {
 }
 
 // Piece indexes fit an origin's.
-const _: () = assert!(super::meta::MAX_PIECES <= u16::MAX as usize + 1);
+const _: () = assert!(super::meta::MAX_PIECES <= u16::MAX as usize);
 
-impl FoldedEntry {
-    /// `e`'s shape, with its key hash `h`, read again from `origin`. The key
-    /// is copied, like a held entry's (see [`DeltaEntry::copied`]).
-    pub(crate) fn shape_of(e: &Entry, h: u64, origin: Origin, copies: &mut Copies) -> FoldedEntry {
-        FoldedEntry {
-            key: copies.bytes(&e.key),
-            seq: e.seq,
-            h,
-            value_len: e.value.as_ref().map_or(TOMBSTONE_LEN, |v| v.len() as u32),
-            origin,
-        }
+impl From<DeltaEntry> for Written {
+    fn from(e: DeltaEntry) -> Written {
+        debug_assert_eq!(e.origin, HELD);
+        Written(e)
     }
 }
-
-/// A folded tombstone's `value_len` (values are at most
-/// [`crate::piece::MAX_VALUE_BYTES`]).
-const TOMBSTONE_LEN: u32 = u32::MAX;
 
 impl Written {
     /// `list` as entries to write, in place.
     pub(crate) fn held(list: Vec<DeltaEntry>) -> Vec<Written> {
-        list.into_iter().map(Written::Held).collect()
+        list.into_iter().map(Written::from).collect()
+    }
+
+    /// `e`'s shape, with its key hash `h`, read again from `origin`. The
+    /// key is copied, like a held entry's (see [`DeltaEntry::copied`]).
+    pub(crate) fn shape_of(e: &Entry, h: u64, origin: Origin, copies: &mut Copies) -> Written {
+        Written(DeltaEntry::shape_of(e, h, origin.packed(), copies))
     }
 
     /// Memory `list` holds, its entries read from pieces: the entries, and
-    /// the bytes they copied out (a held entry's key and value, a folded
-    /// one's key).
+    /// the bytes they copied out (a held entry's key and value, one held by
+    /// shape its key).
     pub(crate) fn list_memory(list: &Vec<Written>) -> u64 {
         let entries = list.capacity() * std::mem::size_of::<Written>();
-        let bytes: usize = list
-            .iter()
-            .map(|e| match e {
-                Written::Held(e) => e.held_bytes(),
-                Written::Folded(f) => f.key.len(),
-            })
-            .sum();
+        let bytes: usize = list.iter().map(|e| e.0.held_bytes()).sum();
         (entries + bytes) as u64
     }
 
+    /// The entry, if it is held with its value.
+    pub(crate) fn as_held(&self) -> Option<&DeltaEntry> {
+        (self.0.origin == HELD).then_some(&self.0)
+    }
+
+    /// Where the entry is read again from, if it is held by shape.
+    pub(crate) fn origin(&self) -> Option<Origin> {
+        Origin::unpacked(self.0.origin)
+    }
+
+    #[inline]
     pub(crate) fn h(&self) -> u64 {
-        match self {
-            Written::Held(e) => e.h,
-            Written::Folded(f) => f.h,
-        }
+        self.0.h
     }
 
     pub(crate) fn h2(&self) -> u64 {
-        match self {
-            Written::Held(e) => e.h2,
-            Written::Folded(f) => key_hash2(&f.key),
-        }
+        self.0.h2()
     }
 
     pub(crate) fn is_tombstone(&self) -> bool {
@@ -152,25 +139,19 @@ impl Written {
 }
 
 impl EntryShape for Written {
+    #[inline]
     fn key(&self) -> &[u8] {
-        match self {
-            Written::Held(e) => e.key(),
-            Written::Folded(f) => &f.key,
-        }
+        self.0.key()
     }
 
+    #[inline]
     fn seq(&self) -> u64 {
-        match self {
-            Written::Held(e) => e.seq,
-            Written::Folded(f) => f.seq,
-        }
+        self.0.seq
     }
 
+    #[inline]
     fn value_len(&self) -> Option<usize> {
-        match self {
-            Written::Held(e) => e.value().map(<[u8]>::len),
-            Written::Folded(f) => (f.value_len != TOMBSTONE_LEN).then_some(f.value_len as usize),
-        }
+        self.0.value_len()
     }
 }
 
@@ -211,14 +192,9 @@ pub(super) fn carry_victims(
                 continue;
             }
             carried.push(if held {
-                Written::Held(DeltaEntry::copied(&e, h, h2, &mut copies))
+                Written::from(DeltaEntry::copied(&e, h, &mut copies))
             } else {
-                Written::Folded(FoldedEntry::shape_of(
-                    &e,
-                    h,
-                    Origin::BASE.at(i),
-                    &mut copies,
-                ))
+                Written::shape_of(&e, h, Origin::BASE.at(i), &mut copies)
             });
         }
     }
@@ -231,7 +207,7 @@ pub(super) fn carry_victims(
 pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
     let read_again: u64 = written
         .iter()
-        .filter(|e| matches!(e, Written::Folded(_)))
+        .filter(|e| e.origin().is_some())
         .map(|e| e.encoded_len() as u64 + MERGE_BYTES_PER_ENTRY)
         .sum();
     read_again.div_ceil(memory_bytes.max(1)).max(1) as usize
@@ -256,9 +232,9 @@ pub(super) fn load_pass<'a>(
         // (origin, h, h2, index) of the folded entries the run holds.
         let mut wanted: Vec<(Origin, u64, u64, u32)> = run
             .iter()
-            .filter_map(|&i| match written.get(i as usize) {
-                Some(Written::Folded(f)) => Some((f.origin, f.h, key_hash2(&f.key), i)),
-                _ => None,
+            .filter_map(|&i| {
+                let w = written.get(i as usize)?;
+                Some((w.origin()?, w.h(), w.h2(), i))
             })
             .collect();
         wanted.sort_unstable();
@@ -283,7 +259,7 @@ pub(super) fn load_pass<'a>(
                     .take_while(|w| w.1 == h)
                     .find(|w| w.2 == h2)
                 {
-                    loaded.push((w.3, DeltaEntry::copied(&e, h, h2, &mut copies)));
+                    loaded.push((w.3, DeltaEntry::copied(&e, h, &mut copies)));
                 }
             })?;
         }
@@ -332,9 +308,9 @@ pub(super) struct PassEntries<'a> {
 
 impl EntrySource for PassEntries<'_> {
     fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
-        match self.written.get(i as usize)? {
-            Written::Held(e) => Some(e.entry_ref()),
-            Written::Folded(_) => {
+        match self.written.get(i as usize)?.as_held() {
+            Some(e) => Some(e.entry_ref()),
+            None => {
                 let at = self.loaded.binary_search_by_key(&i, |&(j, _)| j).ok()?;
                 Some(self.loaded[at].1.entry_ref())
             }

@@ -98,7 +98,7 @@ pub(super) fn write_head(
     stats: &mut MergeStats,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
     let hashes: Vec<u64> = written.iter().map(Written::h).collect();
-    let folded = written.iter().any(|e| matches!(e, Written::Folded(_)));
+    let folded = written.iter().any(|e| e.origin().is_some());
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     // The local perfect hash's segments divide the partition, as the level

@@ -12,6 +12,7 @@
 //! piece holds their hash, which is what makes routing by hash exact.
 
 mod base;
+pub(crate) mod chunk;
 mod copies;
 mod cursor;
 mod fold;
@@ -31,8 +32,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use cursor::TphCursor;
+use fold::Origin;
 pub(crate) use fold::Written;
-use fold::{FoldedEntry, Origin};
 pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
 pub(crate) use merge::{
@@ -46,7 +47,7 @@ pub(crate) use self::meta::{TphMeta, MAX_PIECES, SECTION_FUSE, SECTION_META};
 pub(crate) use self::piece_file::{piece_file_name, PieceFile, PieceReads};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
-use crate::hash::{key_hash, key_hash2};
+use crate::hash::key_hash;
 use crate::phf::Phf;
 use crate::piece::{Entry, EntryShape, KeyHashCursor, ReadCount};
 
@@ -407,7 +408,7 @@ impl Tph {
         stats: &mut MergeStats,
     ) -> Result<Vec<DeltaEntry>> {
         self.live_in(hashes, passes, stats, |e, h, _, copies| {
-            DeltaEntry::copied(e, h, key_hash2(&e.key), copies)
+            DeltaEntry::copied(e, h, copies)
         })
     }
 
@@ -422,7 +423,7 @@ impl Tph {
     ) -> Result<Vec<Written>> {
         let origin = Origin::input(input)?;
         self.live_in(hashes, passes, stats, |e, h, piece, copies| {
-            Written::Folded(FoldedEntry::shape_of(e, h, origin.at(piece), copies))
+            Written::shape_of(e, h, origin.at(piece), copies)
         })
     }
 

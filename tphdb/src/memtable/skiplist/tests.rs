@@ -82,7 +82,8 @@ fn a_frozen_list_shares_keys_and_values_that_outlive_it() {
     let mut shared = Vec::new();
     let mut e = list.first();
     while let Some(x) = e {
-        shared.push((arena.share(x.key()), x.value().map(|v| arena.share(v))));
+        let (chunk, off) = arena.share(x.key_and_value());
+        shared.push((chunk, off, x.key().len(), x.value().map(<[u8]>::len)));
         e = x.next();
     }
     let inserted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -97,8 +98,14 @@ fn a_frozen_list_shares_keys_and_values_that_outlive_it() {
         (b"k3", None),
         (b"k4", Some(b"")),
     ];
-    let got: Vec<(&[u8], Option<&[u8]>)> =
-        shared.iter().map(|(k, v)| (&k[..], v.as_deref())).collect();
+    let got: Vec<(&[u8], Option<&[u8]>)> = shared
+        .iter()
+        .map(|(chunk, off, key_len, value_len)| {
+            let at = *off as usize;
+            let value = value_len.map(|n| chunk.slice(at + key_len, n));
+            (chunk.slice(at, *key_len), value)
+        })
+        .collect();
     assert_eq!(got, want);
 }
 
@@ -128,7 +135,9 @@ fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
     }
     list.insert(b"big", N + 1, Some(&big));
     let arena = list.freeze();
-    let shared_big = arena.share(list.seek(b"big", u64::MAX).unwrap().value().unwrap());
+    let big_value = list.seek(b"big", u64::MAX).unwrap().value().unwrap();
+    let (big_chunk, big_at) = arena.share(big_value);
+    let shared_big = big_chunk.slice(big_at as usize, big.len());
     let want = collect(&list);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
@@ -179,7 +188,7 @@ fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
     drop(arena);
     drop(list);
     assert_eq!(
-        &shared_big[..],
+        shared_big,
         &big[..],
         "a shared value outlives the list"
     );

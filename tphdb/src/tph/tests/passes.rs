@@ -106,7 +106,7 @@ pub(super) fn check_hash_ranges(tph: &Tph) {
                     e.value().map(<[u8]>::to_vec),
                     e.seq,
                     e.h,
-                    e.h2,
+                    e.h2(),
                 )
             })
             .collect()
@@ -160,7 +160,7 @@ fn a_delta_held_by_shape_writes_the_piece_a_held_delta_writes() {
     let shapes = pushed
         .live_shapes_in(0, 0..=u64::MAX, None, &mut stats)
         .unwrap();
-    assert!(shapes.iter().all(|e| matches!(e, Written::Folded(_))));
+    assert!(shapes.iter().all(|e| e.origin().is_some()));
 
     // Two targets alike, holding some of the keys already.
     let target = || {
