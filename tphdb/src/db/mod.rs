@@ -444,9 +444,9 @@ impl DB {
     /// A loader that writes many entries into TPHs directly, without the
     /// WAL or a memtable, several times faster than `put` (see
     /// [`BulkLoader`]). Entries are sorted in memory in chunks of
-    /// `write_buffer_bytes` (two at most in memory: one filling, one being
-    /// written); each chunk is durable once written and newer than every
-    /// write before it. A load that fails part way leaves the chunks before
+    /// `write_buffer_bytes`, at most 1 GiB (two at most in memory: one
+    /// filling, one being written); each chunk is durable once written and
+    /// newer than every write before it. A load that fails part way leaves the chunks before
     /// the failure in place. Writes from other threads wait while a chunk
     /// is written.
     pub fn bulk_loader(&self) -> BulkLoader<'_> {

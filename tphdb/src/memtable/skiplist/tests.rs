@@ -187,11 +187,7 @@ fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
     assert_eq!(collect(&list), want);
     drop(arena);
     drop(list);
-    assert_eq!(
-        shared_big,
-        &big[..],
-        "a shared value outlives the list"
-    );
+    assert_eq!(shared_big, &big[..], "a shared value outlives the list");
 }
 
 #[test]
