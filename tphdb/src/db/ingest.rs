@@ -198,7 +198,7 @@ fn sort_and_write(inner: &Arc<Inner>, data: Bytes, mut slots: Vec<Slot>) -> Resu
                 .iter()
                 .zip(first_seq..)
                 .map(|(s, seq)| {
-                    let off = u32::try_from(s.start).expect("a chunk of at most 2 GiB");
+                    let off = u32::try_from(s.start).expect("entries start below 1 GiB");
                     let (key_len, value_len) = (s.key_len as usize, s.value_len as usize);
                     DeltaEntry::new(chunk.clone(), off, key_len, Some(value_len), seq)
                 })

@@ -446,9 +446,9 @@ impl DB {
     /// [`BulkLoader`]). Entries are sorted in memory in chunks of
     /// `write_buffer_bytes`, at most 1 GiB (two at most in memory: one
     /// filling, one being written); each chunk is durable once written and
-    /// newer than every write before it. A load that fails part way leaves the chunks before
-    /// the failure in place. Writes from other threads wait while a chunk
-    /// is written.
+    /// newer than every write before it. A load that fails part way leaves
+    /// the chunks before the failure in place. Writes from other threads
+    /// wait while a chunk is written.
     pub fn bulk_loader(&self) -> BulkLoader<'_> {
         BulkLoader::new(self)
     }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::base::{route, Superseded};
 use super::copies::Copies;
-use super::merge::{DeltaEntry, MergeStats, HELD, MERGE_BYTES_PER_ENTRY};
+use super::delta_entry::{DeltaEntry, HELD, MERGE_BYTES_PER_ENTRY};
+use super::merge::MergeStats;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};

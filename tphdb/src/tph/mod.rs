@@ -15,6 +15,7 @@ mod base;
 pub(crate) mod chunk;
 mod copies;
 mod cursor;
+mod delta_entry;
 mod fold;
 mod garbage;
 mod head;
@@ -32,13 +33,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub(crate) use cursor::TphCursor;
+pub(crate) use delta_entry::{DeltaEntry, MERGE_BYTES_PER_ENTRY};
 use fold::Origin;
 pub(crate) use fold::Written;
 pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
-pub(crate) use merge::{
-    merge, DeltaEntry, MergeContext, MergeOutcome, MergeStats, MERGE_BYTES_PER_ENTRY,
-};
+pub(crate) use merge::{merge, MergeContext, MergeOutcome, MergeStats};
 
 use self::copies::Copies;
 use self::index::GlobalIndex;
