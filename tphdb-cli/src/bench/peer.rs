@@ -96,6 +96,10 @@ pub struct PeerArgs {
     /// (`Options::compaction_memory_bytes`).
     #[arg(long)]
     pub compaction_memory_mb: Option<usize>,
+    /// tphdb: threads of flushes' and compactions' pool
+    /// (`Options::background_threads`).
+    #[arg(long)]
+    pub background_threads: Option<usize>,
     /// tphdb: TPH target size in MiB.
     #[arg(long)]
     pub tph_target_mb: Option<u64>,
@@ -190,6 +194,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     write_buffer_mb: a.write_buffer_mb,
                     max_immutable_memtables: a.max_immutable_memtables,
                     compaction_memory_mb: a.compaction_memory_mb,
+                    background_threads: a.background_threads,
                     tph_target_mb: a.tph_target_mb,
                     fanout: a.fanout,
                     signature_bits: a.signature_bits,

@@ -198,9 +198,10 @@ pub struct Options {
     /// least one partition's share: past the input half, as in a
     /// push-down of a TPH over `fanout` times it, the pass holds its
     /// entries' keys and reads their values again as it writes, a fold's
-    /// memory at a time); a fold of pieces whose live entries
-    /// pass a merge's fold memory writes its piece in passes over runs of
-    /// its slots, each reading its values again from the folded pieces. A
+    /// memory and at most 4 MiB at a time); a fold of pieces whose live
+    /// entries pass a merge's fold memory writes its piece in passes over
+    /// runs of its slots, each reading its values again from the folded
+    /// pieces (again at most 4 MiB a run). A
     /// TPH's index is rebuilt from its pieces' key hashes, streamed, its
     /// fuse built a batch of chunks at a time within the merge's index
     /// memory (32 bytes per key in a batch).

@@ -26,26 +26,27 @@ use crate::util::codec::{u32_at, u64_at, Decoder, PutExt};
 const FLAG_TOMBSTONE: u8 = 1;
 
 /// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
-/// chunk index of `entries` listed in `key_order`, where `slot_of[i]` is the
-/// slot of entry `i`.
+/// chunk index of `entries` listed in `key_order` (none: as they are, in
+/// key order), where `slot_of[i]` is the slot of entry `i`.
 pub(crate) fn encode_key_index<E: EntryShape>(
     entries: &[E],
-    key_order: &[u32],
+    key_order: Option<&[u32]>,
     slot_of: &[u32],
     chunks_sink: Sink<'_>,
     index: &mut Vec<u8>,
 ) -> Result<()> {
-    let count = key_order.len().div_ceil(SAMPLE_INTERVAL);
+    let in_order = |j: usize| key_order.map_or(j, |o| o[j] as usize);
+    let count = entries.len().div_ceil(SAMPLE_INTERVAL);
     let mut offsets = Vec::with_capacity(count + 1);
     let mut first_keys: Vec<&[u8]> = Vec::with_capacity(count);
     let (mut chunks, mut written) = (Vec::new(), 0u64);
-    for chunk in key_order.chunks(SAMPLE_INTERVAL) {
+    for start in (0..entries.len()).step_by(SAMPLE_INTERVAL) {
         chunks.clear();
         offsets.push(written);
-        first_keys.push(entries[chunk[0] as usize].key());
+        first_keys.push(entries[in_order(start)].key());
         let mut prev: &[u8] = &[];
-        for &i in chunk {
-            let e = &entries[i as usize];
+        for i in (start..entries.len().min(start + SAMPLE_INTERVAL)).map(in_order) {
+            let e = &entries[i];
             let key = e.key();
             let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
             chunks.push(if e.value_len().is_none() {
@@ -56,7 +57,7 @@ pub(crate) fn encode_key_index<E: EntryShape>(
             chunks.put_varint(shared as u64);
             chunks.put_varint((key.len() - shared) as u64);
             chunks.extend_from_slice(&key[shared..]);
-            chunks.put_u32(slot_of[i as usize]);
+            chunks.put_u32(slot_of[i]);
             prev = key;
         }
         let crc = crc32c::crc32c(&chunks);

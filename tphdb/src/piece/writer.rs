@@ -170,7 +170,13 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     let slot_of = slots.slot_of(entries.len());
     let mut chunk_index = Vec::new();
     sections.add_streamed(file, SectionId::KeyChunks as u32, &mut |sink| {
-        encode_key_index(entries, &key_order, &slot_of, sink, &mut chunk_index)
+        encode_key_index(
+            entries,
+            key_order.as_deref(),
+            &slot_of,
+            sink,
+            &mut chunk_index,
+        )
     })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
     for &(id, bytes) in extra_sections {
@@ -339,24 +345,47 @@ fn properties<E: EntryShape>(
 
 /// The key-hash section: both hashes of every entry, sorted, so that
 /// membership is a binary search. Handed to `sink` a buffer at a time.
+///
+/// The pairs are sorted a range of hashes at a time (hashes are uniform
+/// over the piece's range), at most [`HASH_SORT_RANGES`] scans of
+/// `hashes`: all of them at once took 16 bytes an entry beside the merge's
+/// own list, the largest table of a piece's write.
 fn write_hashes<E: EntryShape>(entries: &[E], hashes: &[u64], sink: Sink<'_>) -> Result<()> {
-    let mut pairs: Vec<(u64, u64)> = entries
-        .par_iter()
-        .zip(hashes)
-        .map(|(e, &h)| (h, key_hash2(e.key())))
-        .collect();
-    pairs.par_sort_unstable();
+    let (Some(&lo), Some(&hi)) = (hashes.iter().min(), hashes.iter().max()) else {
+        return Ok(());
+    };
+    let ranges = (hashes.len() / MIN_RANGE_PAIRS).clamp(1, HASH_SORT_RANGES) as u128;
+    let width = (u128::from(hi - lo) + 1).div_ceil(ranges);
+    let mut pairs: Vec<(u64, u64)> = Vec::new();
     let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
-    for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
-        buf.clear();
-        for &(h, h2) in pairs {
-            buf.put_u64(h);
-            buf.put_u64(h2);
+    for r in 0..ranges {
+        let from = u128::from(lo) + r * width;
+        let to = (from + width).min(u128::from(hi) + 1);
+        pairs.clear();
+        pairs.par_extend(
+            entries
+                .par_iter()
+                .zip(hashes)
+                .filter(|&(_, &h)| (from..to).contains(&u128::from(h)))
+                .map(|(e, &h)| (h, key_hash2(e.key()))),
+        );
+        pairs.par_sort_unstable();
+        for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
+            buf.clear();
+            for &(h, h2) in pairs {
+                buf.put_u64(h);
+                buf.put_u64(h2);
+            }
+            sink(&buf)?;
         }
-        sink(&buf)?;
     }
     Ok(())
 }
+
+/// The key-hash section is sorted in at most this many ranges of hashes...
+const HASH_SORT_RANGES: usize = 16;
+/// ...each of at least this many entries on average.
+const MIN_RANGE_PAIRS: usize = 1 << 16;
 
 /// Where a section streamed to the file goes, a piece at a time.
 pub(crate) type Sink<'a> = &'a mut dyn FnMut(&[u8]) -> Result<()>;
@@ -416,13 +445,13 @@ impl Sections {
     }
 }
 
-/// Entry indices in key order; rejects repeated keys.
-fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Vec<u32>> {
-    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
-    // Flushes and compactions hand over sorted, distinct keys: one pass.
+/// Entry indices in key order, none if `entries` are in key order (as
+/// flushes and compactions hand them over); rejects repeated keys.
+fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Option<Vec<u32>>> {
     if entries.windows(2).all(|w| w[0].key() < w[1].key()) {
-        return Ok(order);
+        return Ok(None);
     }
+    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
     order.par_sort_unstable_by(|&a, &b| entries[a as usize].key().cmp(entries[b as usize].key()));
     if let Some(w) = order
         .windows(2)
@@ -433,7 +462,7 @@ fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Vec<u32>> {
             String::from_utf8_lossy(entries[w[0] as usize].key())
         )));
     }
-    Ok(order)
+    Ok(Some(order))
 }
 
 #[cfg(test)]
@@ -479,6 +508,66 @@ mod tests {
         fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
             self.0.get(&i).copied()
         }
+    }
+
+    /// The key-hash section as one sort of every pair would write it.
+    fn hashes_sorted_whole(keys: &[Vec<u8>], hashes: &[u64]) -> Vec<u8> {
+        let mut pairs: Vec<(u64, u64)> = keys
+            .iter()
+            .zip(hashes)
+            .map(|(k, &h)| (h, key_hash2(k)))
+            .collect();
+        pairs.sort_unstable();
+        let mut out = Vec::new();
+        for (h, h2) in pairs {
+            out.put_u64(h);
+            out.put_u64(h2);
+        }
+        out
+    }
+
+    #[test]
+    fn the_key_hash_section_sorted_in_ranges_is_one_sort_of_every_pair() {
+        // Enough entries for several ranges; hashes confined to a narrow
+        // band (a partition's) with repeats, and at both ends of u64.
+        let n = 5 * MIN_RANGE_PAIRS + 123;
+        let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
+        let bands: [(u64, u64); 3] = [
+            (1 << 40, 1 << 20),
+            (0, 1 << 24),
+            (u64::MAX - (1 << 30), 1 << 30),
+        ];
+        for (base, width) in bands {
+            let mut hashes: Vec<u64> = keys.iter().map(|k| base + key_hash(k) % width).collect();
+            hashes[10] = hashes[n - 10];
+            hashes[n / 2] = base;
+            let entries: Vec<EntryRef<'_>> = keys
+                .iter()
+                .map(|k| EntryRef {
+                    key: k,
+                    value: Some(b"v"),
+                    seq: 1,
+                })
+                .collect();
+            let mut got = Vec::new();
+            write_hashes(&entries, &hashes, &mut |b| {
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(
+                got,
+                hashes_sorted_whole(&keys, &hashes),
+                "band at {base:#x}"
+            );
+        }
+        let mut none = Vec::new();
+        write_hashes::<EntryRef<'_>>(&[], &[], &mut |b| {
+            none.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -203,16 +203,26 @@ pub(super) fn carry_victims(
 }
 
 /// The passes a piece of `written` is written in: enough that each reads
-/// at most about `memory_bytes` of its entries held by shape again (one
-/// when none is).
+/// at most about `memory_bytes` (and [`PASS_VALUES_BYTES`]) of its entries
+/// held by shape again (one when none is).
 pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
     let read_again: u64 = written
         .iter()
         .filter(|e| e.origin().is_some())
         .map(|e| e.encoded_len() as u64 + MERGE_BYTES_PER_ENTRY)
         .sum();
-    read_again.div_ceil(memory_bytes.max(1)).max(1) as usize
+    let run = memory_bytes.clamp(1, PASS_VALUES_BYTES);
+    read_again.div_ceil(run).max(1) as usize
 }
+
+/// What one pass reads again at most, whatever the fold memory. A
+/// push-down's pass held by shape read up to its merge's fold memory (16
+/// MiB at the defaults: about 11 MB of copies and their list), and two
+/// such push-downs met a flush at the peak of a 16M x 128-byte fill. In 4
+/// MiB runs (with the key-hash section sorted in ranges) that peak fell
+/// from 235 to 219 MB, and the CPU the fill took did not grow measurably
+/// (docs/benchmarks.md, "Peak RSS").
+pub(super) const PASS_VALUES_BYTES: u64 = 4 << 20;
 
 /// The entries of one pass's run of slots (indices into `written`; empty
 /// slots are past its end): the held ones where they are, the folded ones

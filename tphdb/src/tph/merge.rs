@@ -59,7 +59,8 @@ pub(crate) struct MergeContext<'a> {
     pub(crate) gc_input_bytes: Option<u64>,
     /// Values of folded entries a merge holds at once: past it, the new
     /// piece is written in several passes, each reading its share of the
-    /// folded pieces again (the job's input memory).
+    /// folded pieces again, at most `fold::PASS_VALUES_BYTES` (the job's
+    /// input memory).
     pub(crate) fold_memory_bytes: u64,
     /// File number for the new head piece.
     pub(crate) new_number: u64,

@@ -106,6 +106,7 @@ pub struct TphdbSettings {
     pub write_buffer_mb: Option<usize>,
     pub max_immutable_memtables: Option<usize>,
     pub compaction_memory_mb: Option<usize>,
+    pub background_threads: Option<usize>,
     pub tph_target_mb: Option<u64>,
     pub fanout: Option<u32>,
     pub signature_bits: Option<u32>,

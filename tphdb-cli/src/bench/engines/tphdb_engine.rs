@@ -37,6 +37,7 @@ impl Tphdb {
                 .map(|m| m << 20)
                 .or(budget.map(|b| b / 8))
                 .unwrap_or(d.compaction_memory_bytes),
+            background_threads: t.background_threads.unwrap_or(d.background_threads),
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
