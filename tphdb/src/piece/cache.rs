@@ -125,20 +125,14 @@ mod tests {
 
     use super::BlockCache;
     use crate::fs::{MemFs, ReadMode};
-    use crate::piece::{write_piece, EntryRef, PieceOptions, PieceReader};
+    use crate::piece::entry::entries_of;
+    use crate::piece::{write_piece, PieceOptions, PieceReader};
 
     fn piece(fs: &MemFs) -> PieceReader {
         let keys: Vec<Vec<u8>> = (0..5000u32)
             .map(|i| format!("key{i:06}").into_bytes())
             .collect();
-        let entries: Vec<EntryRef<'_>> = keys
-            .iter()
-            .map(|k| EntryRef {
-                key: k,
-                value: Some(b"v"),
-                seq: 1,
-            })
-            .collect();
+        let entries = entries_of(&keys, b"v");
         let path = Path::new("/p.ph");
         write_piece(fs, path, &entries, &PieceOptions::default()).unwrap();
         PieceReader::open(fs, path, ReadMode::Mmap).unwrap()

@@ -174,6 +174,18 @@ pub(crate) fn decode_entry(block: &Bytes, start: usize, end: usize) -> Result<En
     })
 }
 
+/// Entries of `keys`, each with `value` and sequence number 1.
+#[cfg(test)]
+pub(crate) fn entries_of<'a>(keys: &'a [Vec<u8>], value: &'a [u8]) -> Vec<EntryRef<'a>> {
+    keys.iter()
+        .map(|k| EntryRef {
+            key: k,
+            value: Some(value),
+            seq: 1,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ mod cache;
 mod check;
 mod entry;
 mod format;
+mod hash_section;
 mod inspect;
 mod layout;
 mod reader;

@@ -7,11 +7,12 @@ use rayon::prelude::*;
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
 use super::entry::{check_lengths, EntryRef, EntryShape, EntrySource};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
+use super::hash_section::write_key_hashes;
 use super::layout::{block_quantum, BlockWriter};
 use super::sorted::encode_key_index;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
-use crate::hash::{key_hash, key_hash2, KEY_HASH_SEED};
+use crate::hash::{key_hash, KEY_HASH_SEED};
 use crate::phf::{Phf, PhfConfig, PhfKind};
 use crate::util::codec::PutExt;
 
@@ -165,7 +166,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
         &slots.encode_overflow(hashes),
     )?;
     sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
-        write_hashes(entries, hashes, sink)
+        write_key_hashes(entries, hashes, sink)
     })?;
     let slot_of = slots.slot_of(entries.len());
     let mut chunk_index = Vec::new();
@@ -343,55 +344,11 @@ fn properties<E: EntryShape>(
     props
 }
 
-/// The key-hash section: both hashes of every entry, sorted, so that
-/// membership is a binary search. Handed to `sink` a buffer at a time.
-///
-/// The pairs are sorted a range of hashes at a time (hashes are uniform
-/// over the piece's range), at most [`HASH_SORT_RANGES`] scans of
-/// `hashes`: all of them at once took 16 bytes an entry beside the merge's
-/// own list, the largest table of a piece's write.
-fn write_hashes<E: EntryShape>(entries: &[E], hashes: &[u64], sink: Sink<'_>) -> Result<()> {
-    let (Some(&lo), Some(&hi)) = (hashes.iter().min(), hashes.iter().max()) else {
-        return Ok(());
-    };
-    let ranges = (hashes.len() / MIN_RANGE_PAIRS).clamp(1, HASH_SORT_RANGES) as u128;
-    let width = (u128::from(hi - lo) + 1).div_ceil(ranges);
-    let mut pairs: Vec<(u64, u64)> = Vec::new();
-    let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
-    for r in 0..ranges {
-        let from = u128::from(lo) + r * width;
-        let to = (from + width).min(u128::from(hi) + 1);
-        pairs.clear();
-        pairs.par_extend(
-            entries
-                .par_iter()
-                .zip(hashes)
-                .filter(|&(_, &h)| (from..to).contains(&u128::from(h)))
-                .map(|(e, &h)| (h, key_hash2(e.key()))),
-        );
-        pairs.par_sort_unstable();
-        for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
-            buf.clear();
-            for &(h, h2) in pairs {
-                buf.put_u64(h);
-                buf.put_u64(h2);
-            }
-            sink(&buf)?;
-        }
-    }
-    Ok(())
-}
-
-/// The key-hash section is sorted in at most this many ranges of hashes...
-const HASH_SORT_RANGES: usize = 16;
-/// ...each of at least this many entries on average.
-const MIN_RANGE_PAIRS: usize = 1 << 16;
-
 /// Where a section streamed to the file goes, a piece at a time.
 pub(crate) type Sink<'a> = &'a mut dyn FnMut(&[u8]) -> Result<()>;
 
 /// Sections streamed to the file are handed over in pieces about this big.
-const SINK_BUFFER_BYTES: usize = 64 << 10;
+pub(super) const SINK_BUFFER_BYTES: usize = 64 << 10;
 
 /// The sections written so far, for the directory.
 #[derive(Default)]
@@ -508,66 +465,6 @@ mod tests {
         fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
             self.0.get(&i).copied()
         }
-    }
-
-    /// The key-hash section as one sort of every pair would write it.
-    fn hashes_sorted_whole(keys: &[Vec<u8>], hashes: &[u64]) -> Vec<u8> {
-        let mut pairs: Vec<(u64, u64)> = keys
-            .iter()
-            .zip(hashes)
-            .map(|(k, &h)| (h, key_hash2(k)))
-            .collect();
-        pairs.sort_unstable();
-        let mut out = Vec::new();
-        for (h, h2) in pairs {
-            out.put_u64(h);
-            out.put_u64(h2);
-        }
-        out
-    }
-
-    #[test]
-    fn the_key_hash_section_sorted_in_ranges_is_one_sort_of_every_pair() {
-        // Enough entries for several ranges; hashes confined to a narrow
-        // band (a partition's) with repeats, and at both ends of u64.
-        let n = 5 * MIN_RANGE_PAIRS + 123;
-        let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
-        let bands: [(u64, u64); 3] = [
-            (1 << 40, 1 << 20),
-            (0, 1 << 24),
-            (u64::MAX - (1 << 30), 1 << 30),
-        ];
-        for (base, width) in bands {
-            let mut hashes: Vec<u64> = keys.iter().map(|k| base + key_hash(k) % width).collect();
-            hashes[10] = hashes[n - 10];
-            hashes[n / 2] = base;
-            let entries: Vec<EntryRef<'_>> = keys
-                .iter()
-                .map(|k| EntryRef {
-                    key: k,
-                    value: Some(b"v"),
-                    seq: 1,
-                })
-                .collect();
-            let mut got = Vec::new();
-            write_hashes(&entries, &hashes, &mut |b| {
-                got.extend_from_slice(b);
-                Ok(())
-            })
-            .unwrap();
-            assert_eq!(
-                got,
-                hashes_sorted_whole(&keys, &hashes),
-                "band at {base:#x}"
-            );
-        }
-        let mut none = Vec::new();
-        write_hashes::<EntryRef<'_>>(&[], &[], &mut |b| {
-            none.extend_from_slice(b);
-            Ok(())
-        })
-        .unwrap();
-        assert!(none.is_empty());
     }
 
     #[test]

@@ -220,7 +220,8 @@ pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
 /// MiB at the defaults: about 11 MB of copies and their list), and two
 /// such push-downs met a flush at the peak of a 16M x 128-byte fill. In 4
 /// MiB runs (with the key-hash section sorted in ranges) that peak fell
-/// from 235 to 219 MB, and the CPU the fill took did not grow measurably
+/// from 235 to 219 MB at no CPU cost measured; at 1 KiB values, whose
+/// passes are four times as many, the fill ran 4.5% slower
 /// (docs/benchmarks.md, "Peak RSS").
 pub(super) const PASS_VALUES_BYTES: u64 = 4 << 20;
 

@@ -1,0 +1,122 @@
+//! Writing a piece's key-hash section: both hashes of every entry,
+//! sorted, which merges stream instead of reading entries.
+
+use rayon::prelude::*;
+
+use super::entry::EntryShape;
+use super::writer::{Sink, SINK_BUFFER_BYTES};
+use crate::error::Result;
+use crate::hash::key_hash2;
+use crate::util::codec::PutExt;
+
+/// The key-hash section: both hashes of every entry, sorted, so that
+/// membership is a binary search. Handed to `sink` a buffer at a time.
+///
+/// The pairs are sorted a range of hashes at a time (hashes are uniform
+/// over the piece's range), at most [`HASH_SORT_RANGES`] scans of
+/// `hashes`: all of them at once took 16 bytes an entry beside the merge's
+/// own list, the largest table of a piece's write.
+pub(super) fn write_key_hashes<E: EntryShape>(
+    entries: &[E],
+    hashes: &[u64],
+    sink: Sink<'_>,
+) -> Result<()> {
+    if hashes.is_empty() {
+        return Ok(());
+    }
+    let (lo, hi) = hashes
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)));
+    let ranges = (hashes.len() / MIN_RANGE_PAIRS).clamp(1, HASH_SORT_RANGES) as u128;
+    let width = (u128::from(hi - lo) + 1).div_ceil(ranges);
+    let mut pairs: Vec<(u64, u64)> = Vec::new();
+    let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
+    for r in 0..ranges {
+        let from = u128::from(lo) + r * width;
+        let to = (from + width).min(u128::from(hi) + 1);
+        pairs.clear();
+        pairs.par_extend(
+            entries
+                .par_iter()
+                .zip(hashes)
+                .filter(|&(_, &h)| (from..to).contains(&u128::from(h)))
+                .map(|(e, &h)| (h, key_hash2(e.key()))),
+        );
+        pairs.par_sort_unstable();
+        for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
+            buf.clear();
+            for &(h, h2) in pairs {
+                buf.put_u64(h);
+                buf.put_u64(h2);
+            }
+            sink(&buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// The key-hash section is sorted in at most this many ranges of hashes...
+const HASH_SORT_RANGES: usize = 16;
+/// ...each of at least this many entries on average.
+const MIN_RANGE_PAIRS: usize = 1 << 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::key_hash;
+    use crate::piece::entry::entries_of;
+    use crate::piece::EntryRef;
+
+    /// The key-hash section as one sort of every pair would write it.
+    fn hashes_sorted_whole(keys: &[Vec<u8>], hashes: &[u64]) -> Vec<u8> {
+        let mut pairs: Vec<(u64, u64)> = keys
+            .iter()
+            .zip(hashes)
+            .map(|(k, &h)| (h, key_hash2(k)))
+            .collect();
+        pairs.sort_unstable();
+        let mut out = Vec::new();
+        for (h, h2) in pairs {
+            out.put_u64(h);
+            out.put_u64(h2);
+        }
+        out
+    }
+
+    #[test]
+    fn the_key_hash_section_sorted_in_ranges_is_one_sort_of_every_pair() {
+        // Enough entries for several ranges; hashes confined to a narrow
+        // band (a partition's) with repeats, and at both ends of u64.
+        let n = 5 * MIN_RANGE_PAIRS + 123;
+        let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
+        let bands: [(u64, u64); 3] = [
+            (1 << 40, 1 << 20),
+            (0, 1 << 24),
+            (u64::MAX - (1 << 30), 1 << 30),
+        ];
+        for (base, width) in bands {
+            let mut hashes: Vec<u64> = keys.iter().map(|k| base + key_hash(k) % width).collect();
+            hashes[10] = hashes[n - 10];
+            hashes[n / 2] = base;
+            let entries = entries_of(&keys, b"v");
+            let mut got = Vec::new();
+            write_key_hashes(&entries, &hashes, &mut |b| {
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(
+                got,
+                hashes_sorted_whole(&keys, &hashes),
+                "band at {base:#x}"
+            );
+        }
+        let mut none = Vec::new();
+        write_key_hashes::<EntryRef<'_>>(&[], &[], &mut |b| {
+            none.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert!(none.is_empty());
+    }
+}
