@@ -70,8 +70,23 @@ pub(crate) mod test_support {
         static HASH_BITS: Cell<u32> = const { Cell::new(64) };
     }
 
-    pub(crate) fn set_hash_bits(bits: u32) {
+    fn set_hash_bits(bits: u32) {
         HASH_BITS.set(bits);
+    }
+
+    /// Runs `f` on a pool of one thread with key hashes narrowed to
+    /// `bits` there and here, so that keys share hashes.
+    pub(crate) fn with_hash_bits<R: Send>(bits: u32, f: impl FnOnce() -> R + Send) -> R {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool of one thread");
+        pool.broadcast(|_| set_hash_bits(bits));
+        set_hash_bits(bits);
+        let r = pool.install(f);
+        pool.broadcast(|_| set_hash_bits(64));
+        set_hash_bits(64);
+        r
     }
 
     pub(crate) fn narrow(h: u64) -> u64 {

@@ -15,7 +15,7 @@ use super::Inner;
 use crate::compaction::TphId;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
-use crate::memtable::MemTable;
+use crate::memtable::{FlushEntry, MemTable};
 use crate::piece::EntryShape;
 use crate::tph::{merge, DeltaEntry, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY};
 
@@ -99,9 +99,10 @@ fn sift_down<E: EntryShape>(heap: &mut [usize], mut at: usize, heads: &[Option<E
 }
 
 /// The newest version of each key across frozen memtables (frozen here if
-/// they were not), `mems[0]` the newest, sharing their memory. The
-/// memtables are merged as they are read: a flush of several holds one
-/// list, not one per memtable and their merge.
+/// they were not), `mems[0]` the newest, sharing their memory: what a
+/// flush into level 1 merges. The memtables are merged as they are read:
+/// a flush of several holds one list, not one per memtable and their
+/// merge.
 pub(super) fn memtables_delta(mems: &[&MemTable]) -> Vec<DeltaEntry> {
     // At most one entry per version: sized once, no doubling on the way.
     let capacity = mems.iter().map(|m| m.len()).sum();
@@ -113,6 +114,20 @@ pub(super) fn memtables_delta(mems: &[&MemTable]) -> Vec<DeltaEntry> {
                 let (chunk, off) = arena.share(v.key_and_value);
                 DeltaEntry::new(chunk, off, v.key.len(), v.value.map(<[u8]>::len), v.seq)
             })
+        })
+        .collect();
+    merge_newest(sources, capacity)
+}
+
+/// [`memtables_delta`] as a flush into level 0 writes it: each entry
+/// where it lies in its memtable, 16 bytes beside it instead of 40.
+pub(super) fn memtables_flush_entries<'a>(mems: &[&'a MemTable]) -> Vec<FlushEntry<'a>> {
+    let capacity = mems.iter().map(|m| m.len()).sum();
+    let sources = mems
+        .iter()
+        .map(|mem| {
+            mem.freeze();
+            mem.flush_entries()
         })
         .collect();
     merge_newest(sources, capacity)
@@ -336,22 +351,33 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Two memtables of `n` keys each, the newer overwriting the upper
+    /// half of the older's and deleting every seventh key it writes.
+    fn two_memtables(n: u64) -> (MemTable, MemTable) {
+        let (newer, older) = (MemTable::new(2, 1024), MemTable::new(1, 1024));
+        for i in 0..n {
+            older.insert(key8(i).as_bytes(), i, Some(b"old"));
+        }
+        for i in n / 2..n + n / 2 {
+            let value = (i % 7 != 0).then_some(&b"new"[..]);
+            newer.insert(key8(i).as_bytes(), n + i, value);
+        }
+        (newer, older)
+    }
+
+    fn key8(i: u64) -> String {
+        format!("{i:08}")
+    }
+
     /// Regression: a flush of several frozen memtables listed each one's
     /// entries, then merged the lists into a third: twice the entries'
     /// references at once (88 bytes each). It now merges them as it reads
     /// them into one list.
     #[test]
     fn a_flush_of_two_memtables_holds_one_list() {
-        let (newer, older) = (MemTable::new(2, 1024), MemTable::new(1, 1024));
         let n = 20_000u64;
-        let key = |i: u64| format!("{i:08}");
-        for i in 0..n {
-            older.insert(key(i).as_bytes(), i, Some(b"old"));
-        }
-        for i in n / 2..n + n / 2 {
-            let value = (i % 7 != 0).then_some(&b"new"[..]);
-            newer.insert(key(i).as_bytes(), n + i, value);
-        }
+        let (newer, older) = two_memtables(n);
+        let key = key8;
         newer.insert(key(n).as_bytes(), 3 * n, Some(b"newest"));
 
         let (delta, peak) = crate::util::heap::peak_during(|| memtables_delta(&[&newer, &older]));
@@ -373,6 +399,29 @@ mod tests {
                 (n + i, (i % 7 != 0).then_some(&b"new"[..]))
             };
             assert_eq!((e.seq, e.value()), want, "key {i}");
+        }
+    }
+
+    /// A flush into level 0 held the same 40-byte entries as a merge; it
+    /// now holds 16 bytes an entry, pointing into the memtables.
+    #[test]
+    fn a_flush_into_level_0_holds_16_bytes_an_entry_of_the_same_versions() {
+        let (newer, older) = two_memtables(20_000);
+        let (entries, peak) =
+            crate::util::heap::peak_during(|| memtables_flush_entries(&[&newer, &older]));
+        let versions = older.len() + newer.len();
+        assert_eq!(std::mem::size_of::<FlushEntry<'_>>(), 16);
+        assert!(
+            peak <= versions * 16 + versions * 2,
+            "{peak} bytes held for {versions} versions"
+        );
+        let delta = memtables_delta(&[&newer, &older]);
+        assert_eq!(entries.len(), delta.len());
+        for (f, d) in entries.iter().zip(&delta) {
+            assert_eq!(
+                (f.key(), f.seq(), f.value_len(), f.h),
+                (d.key(), d.seq, d.value_len(), d.h)
+            );
         }
     }
 

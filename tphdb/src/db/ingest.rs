@@ -248,7 +248,7 @@ impl Inner {
             let mut change = Change::default();
             if !version.l0.is_empty() {
                 // Newer than all of level 0, as a flush would be.
-                self.add_level0_tph(delta, &mut change)?;
+                self.add_level0_tph(&delta, &mut change)?;
             } else {
                 let level = (1..=version.depth)
                     .find(|&l| !version.levels[l as usize - 1].is_empty())

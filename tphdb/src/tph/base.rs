@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use super::fold::Written;
+use super::head::LiveKeySource;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::piece::KeyHashCursor;
@@ -201,8 +202,8 @@ pub(super) struct LiveKeys<'a> {
     pub(super) cursors: Vec<KeyHashCursor>,
 }
 
-impl LiveKeys<'_> {
-    pub(super) fn count(&self) -> u64 {
+impl LiveKeySource for LiveKeys<'_> {
+    fn count(&self) -> u64 {
         self.remaining
             .iter()
             .map(|&i| self.live_counts[i])
@@ -210,13 +211,8 @@ impl LiveKeys<'_> {
             + self.written.len() as u64
     }
 
-    /// Calls `f(h, h2, field)` for every live key whose hash lies in
-    /// `hashes`, `field` being its piece in the new TPH plus one, and
-    /// counts them per piece for [`LiveKeys::check_counts`]. The calls
-    /// between two checks take ascending intervals that together cover
-    /// every hash (the first may start past 0; keys below it count as
-    /// missing).
-    pub(super) fn for_each_in(
+    /// Counts the keys per piece for [`LiveKeys::check_counts`].
+    fn for_each_in(
         &mut self,
         hashes: RangeInclusive<u64>,
         stats: &mut MergeStats,
@@ -274,7 +270,7 @@ impl LiveKeys<'_> {
 
     /// Checks that the passes since the last check found each remaining
     /// piece's live count (they covered every hash once), and starts over.
-    pub(super) fn check_counts(&mut self) -> Result<()> {
+    fn check_counts(&mut self) -> Result<()> {
         let found = std::mem::take(&mut self.found);
         let cursors = std::mem::take(&mut self.cursors);
         let Some(base) = self.base else {

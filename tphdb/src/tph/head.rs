@@ -1,12 +1,11 @@
 //! The head piece of a merged TPH: its metadata and global index, built
 //! over the merged key set and written beside the new piece's entries.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::base::LiveKeys;
-use super::fold::{load_pass, Written};
 use super::index::{bits_for, Exception, GlobalIndex, FUSE_SEED};
 use super::merge::{MergeContext, MergeStats};
 use super::meta::{
@@ -16,7 +15,7 @@ use super::{piece_file_name, PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::hash::signature;
 use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
-use crate::piece::write_piece_in_passes;
+use crate::piece::{write_piece_in_passes, EntryShape, EntrySource, LoadPass};
 
 /// The merged TPH's metadata: the remaining base pieces, then the new one
 /// when it holds entries (`written`, `shadowed` of them hiding a version
@@ -84,21 +83,19 @@ pub(crate) fn signature_bits_within(
     }
 }
 
-/// Writes the new head piece (the written entries and the index sections)
-/// in `passes` runs of slots, and opens it; returns it and the index it
-/// carries.
+/// Writes the new head piece (`entries`, with their `hashes`, and the
+/// index sections) in `passes` runs of slots, each from the entries `load`
+/// finds for it, and opens it; returns it and the index it carries.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn write_head(
+pub(super) fn write_head<E: EntryShape, S: EntrySource>(
     ctx: &MergeContext<'_>,
-    base: Option<&Tph>,
     meta: &TphMeta,
-    written: &[Written],
+    entries: &[E],
+    hashes: &[u64],
     passes: usize,
     sections: [(u32, Vec<u8>); 3],
-    stats: &mut MergeStats,
+    load: LoadPass<'_, S>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let hashes: Vec<u64> = written.iter().map(Written::h).collect();
-    let folded = written.iter().any(|e| e.origin().is_some());
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     // The local perfect hash's segments divide the partition, as the level
@@ -108,12 +105,12 @@ pub(super) fn write_head(
     let write_result = write_piece_in_passes(
         ctx.fs.as_ref(),
         &path,
-        written,
-        &hashes,
+        entries,
+        hashes,
         &piece_options,
         &extra,
         passes,
-        &mut |run| load_pass(base, ctx.inputs, written, folded, run, stats),
+        load,
     );
     if let Err(e) = write_result {
         let _ = ctx.fs.remove(&path);
@@ -131,6 +128,29 @@ pub(super) fn write_head(
     Ok((head, index))
 }
 
+/// The live keys of a TPH being built, streamed an interval of hashes at a
+/// time: what its global index is built from.
+pub(super) trait LiveKeySource {
+    /// How many there are.
+    fn count(&self) -> u64;
+
+    /// Calls `f(h, h2, field)` for every live key whose hash lies in
+    /// `hashes`, `field` being its piece in the new TPH plus one. The calls
+    /// between two [`LiveKeySource::check_counts`] take ascending intervals
+    /// that together cover every hash (the first may start past 0; keys
+    /// below it count as missing).
+    fn for_each_in(
+        &mut self,
+        hashes: RangeInclusive<u64>,
+        stats: &mut MergeStats,
+        f: &mut dyn FnMut(u64, u64, u32),
+    ) -> Result<()>;
+
+    /// Checks that the calls since the last check found every live key
+    /// once, and starts over.
+    fn check_counts(&mut self) -> Result<()>;
+}
+
 /// The global index of the merged key set, as head-piece sections in the
 /// order meta, fuse, exceptions. The keys are streamed from `live` once
 /// per batch of the fuse build (the first pass marks which base entries
@@ -138,7 +158,7 @@ pub(super) fn write_head(
 pub(super) fn build_index_sections(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
-    live: &mut LiveKeys<'_>,
+    live: &mut dyn LiveKeySource,
     stats: &mut MergeStats,
 ) -> Result<[(u32, Vec<u8>); 3]> {
     let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);

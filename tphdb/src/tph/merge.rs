@@ -11,9 +11,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::base::{held_hashes, supersede, LiveKeys};
-use super::fold::{carry_victims, passes_for, Written};
+use super::fold::{carry_victims, load_pass, passes_for, Written};
 use super::garbage::{live_shadowed, piece_garbage};
-use super::head::{build_index_sections, new_meta, write_head};
+use super::head::{build_index_sections, new_meta, write_head, LiveKeySource};
 use super::meta::MAX_PIECES;
 use super::{PieceFile, PieceReads, Tph};
 use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
@@ -255,7 +255,18 @@ pub(crate) fn merge(
     debug_assert_eq!(meta.live_total(), live.count());
     let sections = build_index_sections(ctx, &meta, &mut live, &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
-    let (head, index) = write_head(ctx, base, &meta, &written, passes, sections, &mut stats)?;
+    let hashes: Vec<u64> = written.iter().map(Written::h).collect();
+    let folded = written.iter().any(|e| e.origin().is_some());
+    let (head, index) = write_head(
+        ctx,
+        &meta,
+        &written,
+        &hashes,
+        passes,
+        sections,
+        &mut |run| load_pass(base, ctx.inputs, &written, folded, run, &mut stats),
+    )?;
+    drop(hashes);
     // The rest of the piece is its entries and their indexes: the delta's
     // share and the folds', by their entries' sizes.
     let data = head.file_bytes().saturating_sub(index_bytes);

@@ -20,6 +20,7 @@ mod fold;
 mod garbage;
 mod head;
 mod index;
+mod level0;
 mod merge;
 mod meta;
 mod piece_file;
@@ -38,6 +39,7 @@ use fold::Origin;
 pub(crate) use fold::Written;
 pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
+pub(crate) use level0::{write_level0, Hashed};
 pub(crate) use merge::{merge, MergeContext, MergeOutcome, MergeStats};
 
 use self::copies::Copies;

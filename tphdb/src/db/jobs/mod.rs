@@ -14,14 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::priority::Start;
-use super::delta::{memtables_delta, merge_memory};
+use super::delta::{memtables_delta, memtables_flush_entries, merge_memory};
 use super::install::Change;
 use super::stats::HeldBytes;
 use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
-use crate::memtable::MemTable;
-use crate::tph::{merge, DeltaEntry, MergeContext, MergeOutcome, Tph, Written};
+use crate::memtable::{FlushEntry, MemTable};
+use crate::tph::{merge, write_level0, DeltaEntry, Hashed, MergeContext, Tph, Written};
 use crate::version::{Version, VersionEdit};
 
 pub(crate) mod priority;
@@ -348,12 +348,15 @@ impl Inner {
             Job::Flush(mems) => {
                 flushed = mems;
                 let newest: Vec<&MemTable> = mems.iter().rev().map(|m| &**m).collect();
-                let delta = memtables_delta(&newest);
-                let _held = HeldBytes::new(&self.stats, DeltaEntry::list_memory(&delta, false));
                 if self.opts.one_level {
+                    let delta = memtables_delta(&newest);
+                    let _held = HeldBytes::new(&self.stats, DeltaEntry::list_memory(&delta, false));
                     self.merge_into_level(1, Written::held(delta), &[], true, &mut change)?;
-                } else if !delta.is_empty() {
-                    self.add_level0_tph(delta, &mut change)?;
+                } else {
+                    let entries = memtables_flush_entries(&newest);
+                    let list = entries.capacity() * std::mem::size_of::<FlushEntry<'_>>();
+                    let _held = HeldBytes::new(&self.stats, list as u64);
+                    self.add_level0_tph(&entries, &mut change)?;
                 }
             }
             Job::L0ToL1(heads) => {
@@ -404,20 +407,22 @@ impl Inner {
         Ok(Ran::Applied)
     }
 
-    /// Writes `delta` as the newest level-0 TPH.
-    pub(super) fn add_level0_tph(
+    /// Writes `entries` (sorted by key, a version a key) as the newest
+    /// level-0 TPH; nothing if there are none.
+    pub(super) fn add_level0_tph<E: Hashed>(
         &self,
-        delta: Vec<crate::tph::DeltaEntry>,
+        entries: &[E],
         change: &mut Change,
     ) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
         let number = self.new_file_number()?;
         let ctx = self.merge_context(0, 0, false, number);
-        let outcome = merge(&ctx, None, Written::held(delta))?;
-        if let MergeOutcome::Replaced { tph, stats, .. } = outcome {
-            change.edit.add_l0.push(tph.head_number());
-            change.new_tphs.insert(tph.head_number(), Arc::from(tph));
-            change.stats.add(&stats);
-        }
+        let (tph, stats) = write_level0(&ctx, entries)?;
+        change.edit.add_l0.push(tph.head_number());
+        change.new_tphs.insert(tph.head_number(), Arc::new(tph));
+        change.stats.add(&stats);
         Ok(())
     }
 

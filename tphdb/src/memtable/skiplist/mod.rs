@@ -102,6 +102,12 @@ pub(crate) struct Entry<'a> {
     _list: std::marker::PhantomData<&'a SkipList>,
 }
 
+// SAFETY: an entry only reads a linked node, which is never written again
+// and lives as long as the list it borrows ('a); the list is `Sync`.
+unsafe impl Send for Entry<'_> {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Entry<'_> {}
+
 impl<'a> Entry<'a> {
     fn new(node: *mut u8) -> Option<Entry<'a>> {
         NonNull::new(node).map(|node| Entry {

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::cursor::Cursor;
 use crate::fs::{FileSystem, MemFs, ReadMode};
-use crate::hash::test_support::set_hash_bits;
+use crate::hash::test_support::with_hash_bits;
 use crate::piece::{BlockCache, PieceOptions};
 
 /// Key -> Some(value) or None (tombstone).
@@ -302,13 +302,7 @@ proptest! {
 /// perfect hash are all exercised.
 #[test]
 fn colliding_hashes_stay_exact() {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
-    pool.broadcast(|_| set_hash_bits(6));
-    set_hash_bits(6);
-    pool.install(|| {
+    with_hash_bits(6, || {
         let mut rng = fastrand::Rng::with_seed(3);
         for (bottom, max_pieces, fold_memory_bytes) in [
             (false, 4, u64::MAX),
@@ -335,8 +329,6 @@ fn colliding_hashes_stay_exact() {
             );
         }
     });
-    pool.broadcast(|_| set_hash_bits(64));
-    set_hash_bits(64);
 }
 
 #[test]

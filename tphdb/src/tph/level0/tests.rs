@@ -1,0 +1,142 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::*;
+use crate::fs::{FileSystem, MemFs, ReadMode};
+use crate::hash::test_support::with_hash_bits;
+use crate::memtable::MemTable;
+use crate::piece::PieceOptions;
+use crate::tph::{merge, piece_file_name, MergeOutcome, PieceReads, Written};
+
+/// The context of a flush into `dir`.
+fn context<'a>(
+    fs: &'a Arc<dyn FileSystem>,
+    dir: &'a PathBuf,
+    reads: &'a PieceReads,
+    options: &'a PieceOptions,
+) -> MergeContext<'a> {
+    MergeContext {
+        fs,
+        dir,
+        reads,
+        piece_options: options,
+        sig_bits: 8,
+        field_bits: None,
+        level: 0,
+        partition: 0,
+        bottom: false,
+        max_pieces: 16,
+        push_past_bytes: None,
+        bottom_pushed_near: None,
+        min_live_ratio: 0.2,
+        gc_input_bytes: None,
+        fold_memory_bytes: u64::MAX,
+        new_number: 7,
+        // A few chunks at a time, in several passes over the entries.
+        index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
+        hashes: 0..=u64::MAX,
+        pinned: &[],
+        inputs: &[],
+        carried_down: &[],
+        below: None,
+    }
+}
+
+/// A memtable of `n` keys written twice or three times, some deleted last.
+fn memtable(n: u32) -> MemTable {
+    let mem = MemTable::new(1, 1024);
+    let mut seq = 0;
+    for round in 0..3u32 {
+        for i in (0..n).filter(|i| round < 2 || i % 3 == 0) {
+            seq += 1;
+            let key = format!("key{i:06}");
+            let value = vec![round as u8; (i % 50) as usize];
+            let value = (round < 2 || i % 2 == 0).then_some(&value[..]);
+            mem.insert(key.as_bytes(), seq, value);
+        }
+    }
+    mem
+}
+
+/// Writes the memtable's newest versions as a level-0 TPH both ways:
+/// straight from the memtable, and as a merge into no base of the same
+/// entries copied. Returns the TPH written straight, and both files.
+fn both_ways(mem: &MemTable) -> (Tph, Vec<u8>, Vec<u8>) {
+    let mem_fs = MemFs::new();
+    let fs: Arc<dyn FileSystem> = Arc::new(mem_fs.clone());
+    let options = PieceOptions {
+        page_size: 256,
+        phf: crate::phf::PhfConfig {
+            segment_keys: 64,
+            ..crate::phf::PhfConfig::default()
+        },
+        ..PieceOptions::default()
+    };
+    let reads = PieceReads::from(ReadMode::Pread);
+    let (straight, merged) = (PathBuf::from("/straight"), PathBuf::from("/merged"));
+
+    let entries: Vec<FlushEntry<'_>> = mem.flush_entries().collect();
+    let (tph, stats) = write_level0(&context(&fs, &straight, &reads, &options), &entries).unwrap();
+    assert_eq!(stats.entries_written, entries.len() as u64);
+
+    let delta: Vec<DeltaEntry> = mem
+        .newest_versions()
+        .map(|v| DeltaEntry::copy_of(v.key, v.value, v.seq))
+        .collect();
+    let ctx = context(&fs, &merged, &reads, &options);
+    let MergeOutcome::Replaced {
+        stats: merged_stats,
+        ..
+    } = merge(&ctx, None, Written::held(delta)).unwrap()
+    else {
+        panic!("a merge of entries into no base makes a TPH");
+    };
+    assert_eq!(stats.bytes_written(), merged_stats.bytes_written());
+
+    let name = piece_file_name(7);
+    let file = |dir: &PathBuf| {
+        let f = fs.open_read(&dir.join(&name), ReadMode::Pread).unwrap();
+        f.read_at(0, f.len() as usize).unwrap().to_vec()
+    };
+    (tph, file(&straight), file(&merged))
+}
+
+/// Every key's newest version is in `tph`, as `mem` has it.
+fn check_holds(tph: &Tph, mem: &MemTable) {
+    let live = tph.live_entries().unwrap();
+    let want: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = mem
+        .newest_versions()
+        .map(|v| (v.key.to_vec(), v.seq, v.value.map(<[u8]>::to_vec)))
+        .collect();
+    let mut got: Vec<(Vec<u8>, u64, Option<Vec<u8>>)> = live
+        .iter()
+        .map(|e| (e.key().to_vec(), e.seq, e.value().map(<[u8]>::to_vec)))
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(tph.verify(1).unwrap().0, want.len() as u64);
+}
+
+#[test]
+fn a_level0_tph_written_from_a_memtable_is_the_merge_of_its_entries() {
+    let mem = memtable(3000);
+    let (tph, straight, merged) = both_ways(&mem);
+    assert!(straight == merged, "the two ways wrote different files");
+    check_holds(&tph, &mem);
+}
+
+/// With key hashes narrowed to 6 bits, keys share hashes: overflow slots in
+/// the piece and exceptions in the global index.
+#[test]
+fn a_level0_tph_of_colliding_hashes_is_the_merge_of_its_entries() {
+    with_hash_bits(6, || {
+        let mem = memtable(300);
+        let (tph, straight, merged) = both_ways(&mem);
+        assert!(straight == merged, "the two ways wrote different files");
+        assert!(
+            !tph.index.exceptions.is_empty(),
+            "the test must make exceptions"
+        );
+        check_holds(&tph, &mem);
+    });
+}
