@@ -32,19 +32,18 @@ pub(crate) struct NewestVersion<'a> {
     pub(crate) key_and_value: &'a [u8],
 }
 
-/// An entry a flush writes: the newest version of a key where it lies in
-/// the memtable, and its [`key_hash`]. 16 bytes beside the arena, against
-/// the 40 of a merge's entry ([`crate::tph::DeltaEntry`]), which also
-/// keeps lengths and sequence number at hand: a flush holds one per entry
-/// of a full memtable, at the moment writers wait for it.
+/// An entry a flush writes: the newest version of a key, where it lies in
+/// the memtable. 8 bytes beside the arena, against the 40 of a merge's
+/// entry ([`crate::tph::DeltaEntry`]), which also keeps lengths, sequence
+/// number and key hash at hand: a flush holds one per entry of a full
+/// memtable, at the moment writers wait for it.
 #[derive(Clone, Copy)]
 pub(crate) struct FlushEntry<'a> {
     entry: Entry<'a>,
-    pub(crate) h: u64,
 }
 
 // A flush of a 32 MiB memtable of 128-byte values holds 370,000.
-const _: () = assert!(std::mem::size_of::<FlushEntry<'_>>() == 16);
+const _: () = assert!(std::mem::size_of::<FlushEntry<'_>>() == 8);
 
 impl AsEntry for FlushEntry<'_> {
     #[inline]
@@ -210,10 +209,7 @@ impl MemTable {
     /// The newest version of every key, in key order, as a flush writes
     /// it.
     pub(crate) fn flush_entries(&self) -> impl Iterator<Item = FlushEntry<'_>> {
-        self.newest().map(|entry| FlushEntry {
-            h: key_hash(entry.key()),
-            entry,
-        })
+        self.newest().map(|entry| FlushEntry { entry })
     }
 
     fn newest(&self) -> impl Iterator<Item = Entry<'_>> {

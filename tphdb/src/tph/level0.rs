@@ -1,8 +1,9 @@
 //! A level-0 TPH written whole from new entries (a flush, an ingest): one
 //! piece, no base to merge with, so none of a merge's planning. The
 //! entries are taken by reference in whatever form their owner holds them:
-//! a flush's point into its memtables, 16 bytes each instead of a merge's
-//! 40.
+//! a flush's point into its memtables, 8 bytes each instead of a merge's
+//! 40, and their key hashes are computed once, into the array the piece's
+//! writer takes.
 
 use std::ops::RangeInclusive;
 
@@ -10,11 +11,11 @@ use super::head::{build_index_sections, new_meta, write_head, LiveKeySource};
 use super::merge::{MergeContext, MergeStats};
 use super::{DeltaEntry, Tph};
 use crate::error::{Error, Result};
-use crate::hash::key_hash2;
+use crate::hash::{key_hash, key_hash2};
 use crate::memtable::FlushEntry;
 use crate::piece::{AsEntry, EntryShape};
 
-/// An entry with its [`crate::hash::key_hash`] at hand.
+/// An entry and its [`crate::hash::key_hash`], kept or computed.
 pub(crate) trait Hashed: AsEntry + Sync {
     fn key_hash(&self) -> u64;
 }
@@ -29,7 +30,7 @@ impl Hashed for DeltaEntry {
 impl Hashed for FlushEntry<'_> {
     #[inline]
     fn key_hash(&self) -> u64 {
-        self.h
+        key_hash(self.key())
     }
 }
 
@@ -46,10 +47,13 @@ pub(crate) fn write_level0<E: Hashed>(
     }
     let mut stats = MergeStats::default();
     let meta = new_meta(ctx, None, &[], &[], entries.len(), 0)?;
-    let mut keys = NewKeys { entries };
+    let hashes: Vec<u64> = entries.iter().map(Hashed::key_hash).collect();
+    let mut keys = NewKeys {
+        entries,
+        hashes: &hashes,
+    };
     let sections = build_index_sections(ctx, &meta, &mut keys, &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
-    let hashes: Vec<u64> = entries.iter().map(Hashed::key_hash).collect();
     let (head, index) = write_head(ctx, &meta, entries, &hashes, 1, sections, &mut |_| {
         Ok(entries)
     })?;
@@ -60,12 +64,14 @@ pub(crate) fn write_level0<E: Hashed>(
     Ok((tph, stats))
 }
 
-/// The keys of a TPH of new entries alone: all live, in its one piece.
+/// The keys of a TPH of new entries alone, with their hashes: all live,
+/// in its one piece.
 struct NewKeys<'a, E> {
     entries: &'a [E],
+    hashes: &'a [u64],
 }
 
-impl<E: Hashed> LiveKeySource for NewKeys<'_, E> {
+impl<E: AsEntry + Sync> LiveKeySource for NewKeys<'_, E> {
     fn count(&self) -> u64 {
         self.entries.len() as u64
     }
@@ -76,8 +82,7 @@ impl<E: Hashed> LiveKeySource for NewKeys<'_, E> {
         _: &mut MergeStats,
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()> {
-        for e in self.entries {
-            let h = e.key_hash();
+        for (e, &h) in self.entries.iter().zip(self.hashes) {
             if hashes.contains(&h) {
                 f(h, key_hash2(e.key()), 1);
             }
