@@ -378,8 +378,7 @@ mod tests {
     fn a_flush_of_two_memtables_holds_one_list() {
         let n = 20_000u64;
         let (newer, older) = two_memtables(n);
-        let key = key8;
-        newer.insert(key(n).as_bytes(), 3 * n, Some(b"newest"));
+        newer.insert(key8(n).as_bytes(), 3 * n, Some(b"newest"));
 
         let (delta, peak) = crate::util::heap::peak_during(|| memtables_delta(&[&newer, &older]));
         let list = (older.len() + newer.len()) * std::mem::size_of::<DeltaEntry>();

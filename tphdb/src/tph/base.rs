@@ -253,13 +253,6 @@ impl LiveKeySource for LiveKeys<'_> {
                     })?;
                 self.found[j] += live;
             }
-            if *hashes.end() == u64::MAX {
-                // The stream ended: the pieces' pages mapped around the
-                // chunks read go too.
-                self.remaining
-                    .iter()
-                    .for_each(|&i| base.pieces[i].release_mapped_pages());
-            }
         }
         let new_field = self.remaining.len() as u32 + 1;
         for e in self.written.iter().filter(|e| hashes.contains(&e.h())) {

@@ -51,11 +51,8 @@ impl PieceReader {
     /// `f` may have seen entries of a damaged section, and the caller must
     /// discard what it made of them.
     pub(crate) fn for_each_key_hash(&self, f: impl FnMut(u64, u64)) -> Result<()> {
-        let result = self.key_hashes_through(&mut KeyHashCursor::default(), u64::MAX, f);
-        // The chunks were let go of as they were read, but the kernel maps
-        // the pages around each one read too.
-        self.release_mapped_pages();
-        result.map(|_| ())
+        self.key_hashes_through(&mut KeyHashCursor::default(), u64::MAX, f)
+            .map(|_| ())
     }
 
     /// Calls `f` with the pairs after `cursor` whose hash is at most
@@ -65,7 +62,30 @@ impl PieceReader {
     /// together, and is checked by the call that reaches the end; until
     /// then (as for [`PieceReader::for_each_key_hash`]) `f` may have seen
     /// pairs of a damaged section. Returns the bytes of pairs read.
+    ///
+    /// The file's mapped pages are let go of when it returns, however it
+    /// returns. Passes over ranges of hashes read a section a part at a
+    /// time, and a merge's passes read every piece's: held until the end
+    /// of each section, a level-1 TPH's sections took 1.5 MB a piece, 26
+    /// MB at the 16M x 128-byte fill's high-water mark. Each pass also
+    /// maps pages before where it starts reading (the kernel maps around
+    /// what is read), which a release of what it read alone left.
     pub(crate) fn key_hashes_through(
+        &self,
+        cursor: &mut KeyHashCursor,
+        last: u64,
+        f: impl FnMut(u64, u64),
+    ) -> Result<u64> {
+        let result = self.read_key_hashes_through(cursor, last, f);
+        self.release_mapped_pages();
+        cursor.released = cursor.at;
+        result
+    }
+
+    /// [`PieceReader::key_hashes_through`] but for letting go of the
+    /// pages at the end; those read are let go of every
+    /// [`HASH_RELEASE_BYTES`].
+    fn read_key_hashes_through(
         &self,
         cursor: &mut KeyHashCursor,
         last: u64,
@@ -121,15 +141,6 @@ impl PieceReader {
                 break;
             }
         }
-        // Passes over ranges of hashes read a section a part at a time,
-        // and a merge's passes read every piece's: held until the end of
-        // each section, a level-1 TPH's sections took 1.5 MB a piece, 26
-        // MB at the 16M x 128-byte fill's high-water mark. Each pass also
-        // maps pages before where it starts reading, which a release of
-        // what it read alone left (the kernel maps around what is read):
-        // the whole file's pages go.
-        self.release_mapped_pages();
-        cursor.released = cursor.at;
         if cursor.at == section.len {
             if !checksum_matches(section.crc, cursor.crc) {
                 return Err(Error::corruption(
