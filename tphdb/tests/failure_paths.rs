@@ -46,6 +46,38 @@ fn crash_images(fs: &FaultFs, seed: u64) -> [(FaultFs, &'static str); 2] {
     ]
 }
 
+/// Fails the next piece creation, or every one from now on when
+/// `persistent`: flushes run out of space.
+fn fail_piece_creates(fs: &FaultFs, persistent: bool) {
+    fs.fail_nth_named(
+        ".ph",
+        &[OpKind::Create],
+        0,
+        persistent,
+        io::ErrorKind::StorageFull,
+    );
+}
+
+fn immutable_memtables(db: &DB) -> String {
+    db.property_value("tphdb.num-immutable-mem-table")
+        .unwrap()
+        .unwrap()
+}
+
+fn key(i: u32) -> String {
+    format!("k{i:05}")
+}
+
+/// Puts keys from `*next` on until a memtable is frozen.
+fn put_until_frozen(db: &DB, next: &mut u32) {
+    let start = *next;
+    while immutable_memtables(db) == "0" {
+        db.put(key(*next), [1u8; 200]).unwrap();
+        *next += 1;
+        assert!(*next - start < 10_000, "the memtable never filled");
+    }
+}
+
 /// Regression: after a disk-full episode the WAL was marked broken and the
 /// writer moved to a new WAL without syncing or cutting the old one. Replay
 /// stops at a torn WAL and skips later ones, so a synced write acknowledged
@@ -203,47 +235,72 @@ fn a_failed_flush_is_retried_without_new_writes() {
     };
     let db = DB::open(&opts, DIR).unwrap();
     // The first piece creation fails: the flush of the first full memtable.
-    fs.fail_nth_named(
-        ".ph",
-        &[OpKind::Create],
-        0,
-        false,
-        io::ErrorKind::StorageFull,
-    );
-    let immutable = || {
-        db.property_value("tphdb.num-immutable-mem-table")
-            .unwrap()
-            .unwrap()
-    };
+    fail_piece_creates(&fs, false);
     let mut i = 0u32;
-    while immutable() == "0" {
-        db.put(format!("k{i}"), [1u8; 200]).unwrap();
-        i += 1;
-        assert!(i < 10_000, "the memtable never filled");
-    }
+    put_until_frozen(&db, &mut i);
     // No further write: the retry must come by itself.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(db.stats().flushes, 1, "the failed flush was retried");
-    assert_eq!(immutable(), "0");
+    assert_eq!(immutable_memtables(&db), "0");
 
     // And a waiter sees a failed flush through.
-    fs.fail_nth_named(
-        ".ph",
-        &[OpKind::Create],
-        0,
-        false,
-        io::ErrorKind::StorageFull,
-    );
-    while immutable() == "0" {
-        db.put(format!("k{i}"), [1u8; 200]).unwrap();
-        i += 1;
-    }
+    fail_piece_creates(&fs, false);
+    put_until_frozen(&db, &mut i);
     db.wait_for_compactions().unwrap();
     assert_eq!(
-        immutable(),
+        immutable_memtables(&db),
         "0",
         "wait_for_compactions returned with a flush due"
     );
+}
+
+/// Regression: writers stalled as soon as `max_immutable_memtables` frozen
+/// memtables waited for their flush, not when the active one filled too:
+/// with one, no write went into the active memtable while a flush ran
+/// (writers stood still through every flush of a 128-byte fill, a quarter
+/// of its time), and here, with the flush failing for lack of space, the
+/// first write after the freeze failed. Now writes go on into the active
+/// memtable, and only one that finds it full waits (and fails while the
+/// flush cannot get space).
+#[test]
+fn writes_go_on_into_the_active_memtable_while_a_frozen_one_waits() {
+    let fs = FaultFs::new();
+    let opts = Options {
+        write_buffer_bytes: 64 << 10,
+        max_immutable_memtables: 1,
+        ..options(&fs)
+    };
+    let db = DB::open(&opts, DIR).unwrap();
+    // Every piece creation fails: the frozen memtable cannot flush.
+    fail_piece_creates(&fs, true);
+    let mut i = 0u32;
+    put_until_frozen(&db, &mut i);
+    let frozen = i;
+    // A third of a write buffer into the active memtable, while the
+    // frozen one cannot go.
+    for _ in 0..100 {
+        db.put(key(i), [2u8; 200]).unwrap();
+        i += 1;
+    }
+    assert_eq!(immutable_memtables(&db), "1");
+    // Filling the active memtable too runs into the failed flush.
+    let err = loop {
+        match db.put(key(i), [3u8; 200]) {
+            Ok(()) => i += 1,
+            Err(e) => break e,
+        }
+        assert!(i < frozen * 3, "writes never stopped");
+    };
+    assert!(err.is_no_space(), "{err}");
+    assert!(i > frozen + 150, "stopped after {} writes", i - frozen);
+
+    // Space back: everything written is there.
+    fs.clear_faults();
+    db.wait_for_compactions().unwrap();
+    db.flush().unwrap();
+    for j in 0..i {
+        assert!(db.get(key(j)).unwrap().is_some(), "{}", key(j));
+    }
 }
 
 /// Regression: when the recovery flush of an open failed, the interval-sync

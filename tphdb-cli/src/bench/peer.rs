@@ -82,14 +82,14 @@ pub struct PeerArgs {
     /// tphdb and RocksDB: memtables each may hold, the one being written
     /// included (RocksDB's `max_write_buffer_number`, tphdb's
     /// `max_immutable_memtables` + 1), for a comparison at equal memtable
-    /// budgets; none: each engine's default (2 and 3).
+    /// budgets; none: each engine's default (2 for both).
     #[arg(long)]
     pub memtables: Option<usize>,
     /// tphdb: memtable size in MiB.
     #[arg(long)]
     pub write_buffer_mb: Option<usize>,
-    /// tphdb: frozen memtables waiting for flush before writers stall
-    /// (`Options::max_immutable_memtables`).
+    /// tphdb: frozen memtables that may wait for their flush while writes
+    /// go on into the active one (`Options::max_immutable_memtables`).
     #[arg(long)]
     pub max_immutable_memtables: Option<usize>,
     /// tphdb: memory of flushes' and compactions' inputs and outputs in MiB

@@ -56,11 +56,10 @@ pub struct Options {
     /// Size at which the active memtable is frozen and flushed (64 MiB; the
     /// paper: 128 MiB).
     pub write_buffer_bytes: usize,
-    /// Frozen memtables waiting for flush before writers stall (2; the
-    /// paper: 4). The second lets writers run on through a flush slowed by
-    /// compactions, for one more write buffer of memory; with one (two
-    /// memtables in all, RocksDB's default) a 16M x 128-byte fill stopped
-    /// for a second (see `docs/benchmarks.md`).
+    /// Frozen memtables that may wait for their flush while writes go on
+    /// into the active one (1: two memtables in all, RocksDB's default
+    /// `max_write_buffer_number`; the paper: 4). Writers stall when the
+    /// active memtable is full and this many frozen ones still wait.
     pub max_immutable_memtables: usize,
     /// Memory that flushed memtables may keep while snapshots and
     /// iterators still pin them (64 MiB, a write buffer). Past it, at each
@@ -280,7 +279,7 @@ impl Default for Options {
             create_if_missing: true,
             error_if_exists: false,
             write_buffer_bytes: 64 << 20,
-            max_immutable_memtables: 2,
+            max_immutable_memtables: 1,
             pinned_memtable_bytes: 64 << 20,
             memory_budget_bytes: None,
             one_level: false,

@@ -272,7 +272,13 @@ impl Inner {
             }
             let l0 = st.current().l0.len();
             let max_imms = opts.max_immutable_memtables.max(1);
-            if st.imms.len() >= max_imms || (!opts.one_level && l0 >= opts.l0_stop_trigger) {
+            let full = wal.mem.memory_bytes() >= opts.write_buffer_bytes;
+            let switch = full || (force && !wal.mem.is_empty());
+            // Frozen memtables stop writes only when the active one must be
+            // frozen too (RocksDB's `max_write_buffer_number`): until then
+            // writes go on into it while they flush.
+            let memtables_full = switch && st.imms.len() >= max_imms;
+            if memtables_full || (!opts.one_level && l0 >= opts.l0_stop_trigger) {
                 // Waiting for jobs that cannot get space would never end.
                 space.check(&st.space)?;
                 let t = Instant::now();
@@ -293,7 +299,7 @@ impl Inner {
                         compaction::level1_due(st.current(), opts.tph_target_bytes, &st.running);
                     let backlog =
                         compaction::one_level_backlog(waiting, due, opts.background_threads);
-                    (backlog, st.imms.len() + 1 >= max_imms)
+                    (backlog, st.imms.len() >= max_imms)
                 } else {
                     let backlog = (l0 >= opts.l0_slowdown_trigger).then_some(l0);
                     (backlog, l0 + 1 >= opts.l0_stop_trigger)
@@ -313,9 +319,7 @@ impl Inner {
                     continue;
                 }
             }
-            let full = wal.mem.memory_bytes() >= opts.write_buffer_bytes;
-            let forced = force && !wal.mem.is_empty();
-            if !full && !forced {
+            if !switch {
                 return Ok(());
             }
             if let Err(e) = self.switch_memtable(&mut st, wal) {

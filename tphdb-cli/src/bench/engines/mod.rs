@@ -91,7 +91,7 @@ pub struct EngineConfig {
     /// block cache); redb's cache gets a quarter (its default is 1 GiB).
     pub memory_mb: Option<u64>,
     /// Memtables each engine may hold, the one being written included
-    /// (none: each engine's default; RocksDB's is 2, tphdb's 3): RocksDB's
+    /// (none: each engine's default, 2 for both): RocksDB's
     /// `max_write_buffer_number`, one more than tphdb's
     /// `max_immutable_memtables`. Both write buffers are 64 MiB, so this
     /// compares them at equal memtable budgets.
