@@ -19,6 +19,7 @@ mod inspect;
 mod layout;
 mod reader;
 mod sorted;
+mod survey;
 mod writer;
 
 pub use block_index::MAX_SEGMENT_BYTES;

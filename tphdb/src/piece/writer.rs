@@ -5,11 +5,12 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
-use super::entry::{check_lengths, EntryRef, EntryShape, EntrySource};
+use super::entry::{EntryRef, EntryShape, EntrySource};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
 use super::hash_section::write_key_hashes;
 use super::layout::{block_quantum, BlockWriter};
 use super::sorted::encode_key_index;
+use super::survey::{survey, Survey};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, KEY_HASH_SEED};
@@ -120,7 +121,11 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     load: LoadPass<'_, S>,
 ) -> Result<PieceProperties> {
     check_inputs(entries, hashes, options, extra_sections)?;
-    let key_order = sorted_order(entries)?;
+    let survey = survey(entries)?;
+    let key_order = match survey.in_key_order {
+        true => None,
+        false => Some(key_order(entries)?),
+    };
     let phf_config = PhfConfig {
         segment_keys: segment_keys(&options.phf, hashes.len()),
         ..options.phf.clone()
@@ -128,8 +133,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     let phf = Phf::build(options.phf_kind, hashes, &phf_config)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
-    let encoded_bytes: usize = entries.par_iter().map(|e| e.encoded_len()).sum();
-    let avg = encoded_bytes.div_ceil(entries.len().max(1)).max(1);
+    let avg = survey.encoded_bytes.div_ceil(entries.len().max(1)).max(1);
     let k = (options.page_size / avg).clamp(1, options.max_block_slots.clamp(1, u32::MAX as usize));
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
@@ -142,7 +146,8 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     }
     let (starts, max_block_bytes) = blocks.finish(file.as_mut())?;
     let props = properties(
-        entries,
+        &survey,
+        entries.len(),
         &phf,
         &slots,
         k,
@@ -240,9 +245,7 @@ fn check_inputs<E: EntryShape>(
             entries.len()
         )));
     }
-    entries
-        .par_iter()
-        .try_for_each(|e| check_lengths(e.key().len(), e.value_len()))
+    Ok(())
 }
 
 /// Which entry each slot holds. Keys that share a 64-bit hash share a slot,
@@ -311,8 +314,10 @@ impl SlotLayout {
 }
 
 /// The properties section's numbers.
-fn properties<E: EntryShape>(
-    entries: &[E],
+#[allow(clippy::too_many_arguments)]
+fn properties(
+    survey: &Survey,
+    entry_count: usize,
     phf: &Phf,
     slots: &SlotLayout,
     k: usize,
@@ -320,8 +325,8 @@ fn properties<E: EntryShape>(
     max_block_bytes: usize,
     options: &PieceOptions,
 ) -> PieceProperties {
-    let mut props = PieceProperties {
-        entry_count: entries.len() as u64,
+    PieceProperties {
+        entry_count: entry_count as u64,
         table_size: phf.table_size() as u64,
         overflow_count: slots.overflow.len() as u64,
         slots_per_block: k as u32,
@@ -331,17 +336,12 @@ fn properties<E: EntryShape>(
         max_block_bytes: max_block_bytes as u64,
         compression: options.compression,
         key_hash_seed: KEY_HASH_SEED,
-        min_seq: entries.iter().map(|e| e.seq()).min().unwrap_or(0),
-        max_seq: entries.iter().map(|e| e.seq()).max().unwrap_or(0),
-        ..PieceProperties::default()
-    };
-    for e in entries {
-        let value = e.value_len();
-        props.tombstone_count += value.is_none() as u64;
-        props.key_bytes += e.key().len() as u64;
-        props.value_bytes += value.unwrap_or(0) as u64;
+        min_seq: survey.min_seq,
+        max_seq: survey.max_seq,
+        tombstone_count: survey.tombstones,
+        key_bytes: survey.key_bytes,
+        value_bytes: survey.value_bytes,
     }
-    props
 }
 
 /// Where a section streamed to the file goes, a piece at a time.
@@ -402,12 +402,9 @@ impl Sections {
     }
 }
 
-/// Entry indices in key order, none if `entries` are in key order (as
-/// flushes and compactions hand them over); rejects repeated keys.
-fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Option<Vec<u32>>> {
-    if entries.windows(2).all(|w| w[0].key() < w[1].key()) {
-        return Ok(None);
-    }
+/// Entry indices in key order, for entries out of it (flushes and
+/// compactions hand theirs over in order); rejects repeated keys.
+fn key_order<E: EntryShape>(entries: &[E]) -> Result<Vec<u32>> {
     let mut order: Vec<u32> = (0..entries.len() as u32).collect();
     order.par_sort_unstable_by(|&a, &b| entries[a as usize].key().cmp(entries[b as usize].key()));
     if let Some(w) = order
@@ -419,7 +416,7 @@ fn sorted_order<E: EntryShape>(entries: &[E]) -> Result<Option<Vec<u32>>> {
             String::from_utf8_lossy(entries[w[0] as usize].key())
         )));
     }
-    Ok(Some(order))
+    Ok(order)
 }
 
 #[cfg(test)]

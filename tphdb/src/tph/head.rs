@@ -146,6 +146,17 @@ pub(super) trait LiveKeySource {
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()>;
 
+    /// [`LiveKeySource::for_each_in`] without the second hash, for sources
+    /// that would compute it from the key.
+    fn for_each_field_in(
+        &mut self,
+        hashes: RangeInclusive<u64>,
+        stats: &mut MergeStats,
+        f: &mut dyn FnMut(u64, u32),
+    ) -> Result<()> {
+        self.for_each_in(hashes, stats, &mut |h, _, field| f(h, field))
+    }
+
     /// Checks that the calls since the last check found every live key
     /// once, and starts over.
     fn check_counts(&mut self) -> Result<()>;
@@ -168,7 +179,7 @@ pub(super) fn build_index_sections(
         FUSE_SEED,
         ctx.hashes.clone(),
         &mut |hashes, f: &mut dyn FnMut(u64, u32)| {
-            live.for_each_in(hashes, stats, &mut |h, _, field| f(h, field - 1))
+            live.for_each_field_in(hashes, stats, &mut |h, field| f(h, field - 1))
         },
         &|h, piece| signature(h, sig_bits) << piece_bits | u64::from(piece),
         (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
