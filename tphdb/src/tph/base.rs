@@ -88,9 +88,16 @@ enum BaseKey {
 /// a key some piece holds: every key a piece holds is live, so no other
 /// key has its hash.
 pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Option<usize>, usize)> {
+    route_with(tph, h, || h2)
+}
+
+/// [`route`], asking for the second hash only for a hash several live
+/// keys share.
+fn route_with(tph: &Tph, h: u64, h2: impl FnOnce() -> u64) -> Option<(Option<usize>, usize)> {
     let idx = &tph.index;
     let piece = idx.candidate(h)?;
     if let Some(from) = idx.exceptions_for(h) {
+        let h2 = h2();
         return idx.exceptions[from..]
             .iter()
             .enumerate()
@@ -104,7 +111,9 @@ pub(super) fn route(tph: &Tph, h: u64, h2: u64) -> Option<(Option<usize>, usize)
 /// The base keys among `delta`, and the live counts of the base pieces
 /// without them. A routed candidate is confirmed against its piece's key
 /// hashes, streamed once per piece and merged with the candidates in hash
-/// order.
+/// order. A delta key's second hash is computed only when a piece holds
+/// its first (or the base index lists it as shared): reading the key for
+/// it is a cache miss, and most of a fill's candidates are new keys.
 pub(super) fn supersede(
     base: Option<&Tph>,
     delta: &[Written],
@@ -115,12 +124,13 @@ pub(super) fn supersede(
         return Ok((superseded, Vec::new()));
     };
     let mut found = Vec::new();
-    let mut candidates: Vec<(usize, u64, u64)> = Vec::new();
-    for e in delta {
-        let (h, h2) = (e.h(), e.h2());
-        match route(base, h, h2) {
+    // (piece, h, the entry's index in `delta`)
+    let mut candidates: Vec<(usize, u64, usize)> = Vec::new();
+    for (i, e) in delta.iter().enumerate() {
+        let h = e.h();
+        match route_with(base, h, || e.h2()) {
             Some((Some(x), piece)) => found.push((BaseKey::Exception(x), piece)),
-            Some((None, piece)) => candidates.push((piece, h, h2)),
+            Some((None, piece)) => candidates.push((piece, h, i)),
             None => {}
         }
     }
@@ -131,12 +141,14 @@ pub(super) fn supersede(
         stats.hash_bytes_read += p.properties().entry_count * 16;
         let mut next = 0;
         p.for_each_key_hash(|h, h2| {
-            while next < group.len() && (group[next].1, group[next].2) < (h, h2) {
+            while next < group.len() && group[next].1 < h {
                 next += 1;
             }
-            if next < group.len() && (group[next].1, group[next].2) == (h, h2) {
-                found.push((BaseKey::Entry { piece, h, h2 }, piece));
-                next += 1;
+            // Delta keys sharing a 64-bit hash are told apart by the second.
+            for &(_, _, i) in group[next..].iter().take_while(|c| c.1 == h) {
+                if delta[i].h2() == h2 {
+                    found.push((BaseKey::Entry { piece, h, h2 }, piece));
+                }
             }
         })?;
     }
@@ -218,6 +230,58 @@ impl LiveKeySource for LiveKeys<'_> {
         stats: &mut MergeStats,
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()> {
+        self.visit(hashes, stats, true, f)
+    }
+
+    /// The fuse build's passes: the new piece's keys are not read for
+    /// their second hashes (a cache miss each).
+    fn for_each_field_in(
+        &mut self,
+        hashes: RangeInclusive<u64>,
+        stats: &mut MergeStats,
+        f: &mut dyn FnMut(u64, u32),
+    ) -> Result<()> {
+        self.visit(hashes, stats, false, &mut |h, _, field| f(h, field))
+    }
+    /// Checks that the passes since the last check found each remaining
+    /// piece's live count (they covered every hash once), and starts over.
+    fn check_counts(&mut self) -> Result<()> {
+        let found = std::mem::take(&mut self.found);
+        let cursors = std::mem::take(&mut self.cursors);
+        let Some(base) = self.base else {
+            return Ok(());
+        };
+        for (j, &i) in self.remaining.iter().enumerate() {
+            if !cursors.get(j).is_some_and(KeyHashCursor::is_done) {
+                return Err(Error::Internal(format!(
+                    "the index passes did not read all key hashes of {}",
+                    base.pieces[i].name()
+                )));
+            }
+            let live = found.get(j).copied().unwrap_or(0);
+            if live != self.live_counts[i] {
+                return Err(Error::corruption(
+                    format!("live keys of {}", base.pieces[i].name()),
+                    self.live_counts[i],
+                    live,
+                )
+                .at(base.head.name()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LiveKeys<'_> {
+    /// [`LiveKeySource::for_each_in`], the new piece's keys with their
+    /// second hashes only if `with_h2` (else 0).
+    fn visit(
+        &mut self,
+        hashes: RangeInclusive<u64>,
+        stats: &mut MergeStats,
+        with_h2: bool,
+        f: &mut dyn FnMut(u64, u64, u32),
+    ) -> Result<()> {
         self.found.resize(self.remaining.len(), 0);
         self.cursors
             .resize(self.remaining.len(), KeyHashCursor::default());
@@ -256,35 +320,7 @@ impl LiveKeySource for LiveKeys<'_> {
         }
         let new_field = self.remaining.len() as u32 + 1;
         for e in self.written.iter().filter(|e| hashes.contains(&e.h())) {
-            f(e.h(), e.h2(), new_field);
-        }
-        Ok(())
-    }
-
-    /// Checks that the passes since the last check found each remaining
-    /// piece's live count (they covered every hash once), and starts over.
-    fn check_counts(&mut self) -> Result<()> {
-        let found = std::mem::take(&mut self.found);
-        let cursors = std::mem::take(&mut self.cursors);
-        let Some(base) = self.base else {
-            return Ok(());
-        };
-        for (j, &i) in self.remaining.iter().enumerate() {
-            if !cursors.get(j).is_some_and(KeyHashCursor::is_done) {
-                return Err(Error::Internal(format!(
-                    "the index passes did not read all key hashes of {}",
-                    base.pieces[i].name()
-                )));
-            }
-            let live = found.get(j).copied().unwrap_or(0);
-            if live != self.live_counts[i] {
-                return Err(Error::corruption(
-                    format!("live keys of {}", base.pieces[i].name()),
-                    self.live_counts[i],
-                    live,
-                )
-                .at(base.head.name()));
-            }
+            f(e.h(), if with_h2 { e.h2() } else { 0 }, new_field);
         }
         Ok(())
     }
