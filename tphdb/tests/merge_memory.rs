@@ -118,7 +118,9 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
 /// list entries, not 88; 104 with 40-byte ones, which point into a shared
 /// chunk instead of holding a `Bytes`; 86.5 with a flush's own 16-byte
 /// entries, which point into the memtable; 78.5 with 8-byte ones, their
-/// key hashes only in the array the piece's writer takes).
+/// key hashes only in the array the piece's writer takes; 67.2 with the
+/// key-hash section sorted in ranges of 16K pairs instead of 64K, its
+/// second hashes computed in the writer's survey).
 #[test]
 fn a_flush_holds_little_beyond_its_memtable() {
     let _turn = measuring();
@@ -139,7 +141,7 @@ fn a_flush_holds_little_beyond_its_memtable() {
     let peak = peak_during(|| db.flush().unwrap());
     let per_entry = peak as f64 / entries as f64;
     eprintln!("peak {peak} bytes during the flush ({per_entry:.1} per entry), memtable {memtable}");
-    assert!(per_entry < 85.0, "{per_entry:.1} bytes per entry held");
+    assert!(per_entry < 72.0, "{per_entry:.1} bytes per entry held");
     assert_eq!(db.stats().levels[0].live_entries, entries);
 }
 

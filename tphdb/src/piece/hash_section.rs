@@ -3,24 +3,21 @@
 
 use rayon::prelude::*;
 
-use super::entry::EntryShape;
 use super::writer::{Sink, SINK_BUFFER_BYTES};
 use crate::error::Result;
-use crate::hash::key_hash2;
 use crate::util::codec::PutExt;
 
-/// The key-hash section: both hashes of every entry, sorted, so that
-/// membership is a binary search. Handed to `sink` a buffer at a time.
+/// The key-hash section: both hashes of every entry (`hashes[i]` and
+/// `hashes2[i]` of entry `i`), sorted, so that membership is a binary
+/// search. Handed to `sink` a buffer at a time.
 ///
 /// The pairs are sorted a range of hashes at a time (hashes are uniform
 /// over the piece's range), at most [`HASH_SORT_RANGES`] scans of
 /// `hashes`: all of them at once took 16 bytes an entry beside the merge's
-/// own list, the largest table of a piece's write.
-pub(super) fn write_key_hashes<E: EntryShape>(
-    entries: &[E],
-    hashes: &[u64],
-    sink: Sink<'_>,
-) -> Result<()> {
+/// own list, the largest table of a piece's write. The scans read the two
+/// arrays alone, not the entries, so ranges are small.
+pub(super) fn write_key_hashes(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) -> Result<()> {
+    debug_assert_eq!(hashes.len(), hashes2.len());
     if hashes.is_empty() {
         return Ok(());
     }
@@ -36,11 +33,11 @@ pub(super) fn write_key_hashes<E: EntryShape>(
         let to = (from + width).min(u128::from(hi) + 1);
         pairs.clear();
         pairs.par_extend(
-            entries
+            hashes
                 .par_iter()
-                .zip(hashes)
-                .filter(|&(_, &h)| (from..to).contains(&u128::from(h)))
-                .map(|(e, &h)| (h, key_hash2(e.key()))),
+                .zip(hashes2)
+                .filter(|&(&h, _)| (from..to).contains(&u128::from(h)))
+                .map(|(&h, &h2)| (h, h2)),
         );
         pairs.par_sort_unstable();
         for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
@@ -56,16 +53,14 @@ pub(super) fn write_key_hashes<E: EntryShape>(
 }
 
 /// The key-hash section is sorted in at most this many ranges of hashes...
-const HASH_SORT_RANGES: usize = 16;
+const HASH_SORT_RANGES: usize = 64;
 /// ...each of at least this many entries on average.
-const MIN_RANGE_PAIRS: usize = 1 << 16;
+const MIN_RANGE_PAIRS: usize = 1 << 14;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::key_hash;
-    use crate::piece::entry::entries_of;
-    use crate::piece::EntryRef;
+    use crate::hash::{key_hash, key_hash2};
 
     /// The key-hash section as one sort of every pair would write it.
     fn hashes_sorted_whole(keys: &[Vec<u8>], hashes: &[u64]) -> Vec<u8> {
@@ -98,9 +93,9 @@ mod tests {
             let mut hashes: Vec<u64> = keys.iter().map(|k| base + key_hash(k) % width).collect();
             hashes[10] = hashes[n - 10];
             hashes[n / 2] = base;
-            let entries = entries_of(&keys, b"v");
+            let hashes2: Vec<u64> = keys.iter().map(|k| key_hash2(k)).collect();
             let mut got = Vec::new();
-            write_key_hashes(&entries, &hashes, &mut |b| {
+            write_key_hashes(&hashes, &hashes2, &mut |b| {
                 got.extend_from_slice(b);
                 Ok(())
             })
@@ -112,7 +107,7 @@ mod tests {
             );
         }
         let mut none = Vec::new();
-        write_key_hashes::<EntryRef<'_>>(&[], &[], &mut |b| {
+        write_key_hashes(&[], &[], &mut |b| {
             none.extend_from_slice(b);
             Ok(())
         })

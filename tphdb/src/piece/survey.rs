@@ -1,12 +1,14 @@
 //! One pass over the entries a piece is written from, before it is
-//! planned: the writer's checks and the counts its properties record. A
-//! flush's entries point into the memtable's arena, so each pass over them
-//! in key order misses the cache at every entry; these took six passes.
+//! planned: the writer's checks, the counts its properties record, and the
+//! keys' hashes. A flush's entries point into the memtable's arena, so each
+//! pass over them in key order misses the cache at every entry; these took
+//! six passes, and the key hashes two more.
 
 use rayon::prelude::*;
 
 use super::entry::{check_lengths, EntryShape};
 use crate::error::Result;
+use crate::hash::key_hash2;
 
 /// Entries one parallel task surveys.
 const CHUNK: usize = 1 << 14;
@@ -51,20 +53,31 @@ impl Survey {
     }
 }
 
-/// Surveys `entries`, refusing keys and values past the format's limits.
-pub(super) fn survey<E: EntryShape>(entries: &[E]) -> Result<Survey> {
+/// A survey and each key's `key_hash2`, in the order of the entries, for
+/// the key-hash section: written after the blocks, it read every key again
+/// (a cache miss each, for a flush's entries).
+pub(super) struct Surveyed {
+    pub(super) survey: Survey,
+    pub(super) hashes2: Vec<u64>,
+}
+
+/// Surveys `entries` and hashes their keys, refusing keys and values past
+/// the format's limits.
+pub(super) fn survey<E: EntryShape>(entries: &[E]) -> Result<Surveyed> {
     survey_in_chunks(entries, CHUNK)
 }
 
-fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey> {
+fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Surveyed> {
+    let mut hashes2 = vec![0u64; entries.len()];
     let mut total = entries
         .par_chunks(chunk)
+        .zip(hashes2.par_chunks_mut(chunk))
         .enumerate()
-        .map(|(c, run)| {
+        .map(|(c, (run, hashes2))| {
             let mut s = Survey::EMPTY;
             // Each run also compares its first key with the key before it.
             let mut prev = (c > 0).then(|| entries[c * chunk - 1].key());
-            for e in run {
+            for (i, e) in run.iter().enumerate() {
                 let (key, value) = (e.key(), e.value_len());
                 check_lengths(key.len(), value)?;
                 s.encoded_bytes += e.encoded_len();
@@ -75,6 +88,7 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
                 s.max_seq = s.max_seq.max(e.seq());
                 s.in_key_order &= prev.is_none_or(|p| p < key);
                 prev = Some(key);
+                hashes2[i] = key_hash2(key);
             }
             Ok(s)
         })
@@ -82,7 +96,10 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
     if entries.is_empty() {
         total.min_seq = 0;
     }
-    Ok(total)
+    Ok(Surveyed {
+        survey: total,
+        hashes2,
+    })
 }
 
 #[cfg(test)]
@@ -133,7 +150,10 @@ mod tests {
                 .zip(&values)
                 .map(|(r, v)| EntryRef { key: &r.0, value: v.as_deref(), seq: r.2 })
                 .collect();
-            prop_assert_eq!(survey_in_chunks(&entries, chunk).unwrap(), counted(&entries));
+            let got = survey_in_chunks(&entries, chunk).unwrap();
+            prop_assert_eq!(got.survey, counted(&entries));
+            let hashes2: Vec<u64> = entries.iter().map(|e| key_hash2(e.key)).collect();
+            prop_assert_eq!(got.hashes2, hashes2);
         }
     }
 

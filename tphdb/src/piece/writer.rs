@@ -10,7 +10,7 @@ use super::format::{encode_directory, Compression, Footer, PieceProperties, Sect
 use super::hash_section::write_key_hashes;
 use super::layout::{block_quantum, BlockWriter};
 use super::sorted::encode_key_index;
-use super::survey::{survey, Survey};
+use super::survey::{survey, Survey, Surveyed};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, KEY_HASH_SEED};
@@ -121,7 +121,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     load: LoadPass<'_, S>,
 ) -> Result<PieceProperties> {
     check_inputs(entries, hashes, options, extra_sections)?;
-    let survey = survey(entries)?;
+    let Surveyed { survey, hashes2 } = survey(entries)?;
     let key_order = match survey.in_key_order {
         true => None,
         false => Some(key_order(entries)?),
@@ -171,7 +171,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
         &slots.encode_overflow(hashes),
     )?;
     sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
-        write_key_hashes(entries, hashes, sink)
+        write_key_hashes(hashes, &hashes2, sink)
     })?;
     let slot_of = slots.slot_of(entries.len());
     let mut chunk_index = Vec::new();
