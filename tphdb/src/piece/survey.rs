@@ -1,8 +1,9 @@
 //! One pass over the entries a piece is written from, before it is
 //! planned: the writer's checks, the counts its properties record, and the
-//! keys' hashes. A flush's entries point into the memtable's arena, so each
-//! pass over them in key order misses the cache at every entry; these took
-//! six passes, and the key hashes two more.
+//! keys' second hashes. A flush's entries point into the memtable's arena,
+//! so each pass over them in key order misses the cache at every entry;
+//! these took six passes, and the key-hash section's second hashes one
+//! more.
 
 use rayon::prelude::*;
 

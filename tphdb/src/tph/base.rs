@@ -243,6 +243,7 @@ impl LiveKeySource for LiveKeys<'_> {
     ) -> Result<()> {
         self.visit(hashes, stats, false, &mut |h, _, field| f(h, field))
     }
+
     /// Checks that the passes since the last check found each remaining
     /// piece's live count (they covered every hash once), and starts over.
     fn check_counts(&mut self) -> Result<()> {
