@@ -54,6 +54,11 @@ impl AsEntry for FlushEntry<'_> {
             seq: self.entry.seq(),
         }
     }
+
+    #[inline]
+    fn prefetch(&self) {
+        self.entry.prefetch();
+    }
 }
 
 /// Writes not yet flushed. One writer at a time (the database inserts

@@ -39,6 +39,11 @@ pub struct Entry {
 /// callers need not build a list of [`EntryRef`] beside their own.
 pub(crate) trait AsEntry: Sync {
     fn as_entry(&self) -> EntryRef<'_>;
+
+    /// Asks the CPU for the memory [`AsEntry::as_entry`] reads first (an
+    /// entry written from lies anywhere in memory: a piece's slot order is
+    /// random).
+    fn prefetch(&self) {}
 }
 
 /// What planning a piece needs of an entry: all but the value's bytes. A
@@ -76,17 +81,32 @@ impl<T: AsEntry> EntryShape for T {
 /// or `None` if it is not at hand.
 pub(crate) trait EntrySource: Sync {
     fn entry(&self, i: u32) -> Option<EntryRef<'_>>;
+
+    /// Asks the CPU for the memory [`EntrySource::entry`] of `i` reads
+    /// first, ahead of it.
+    fn prefetch(&self, _i: u32) {}
 }
 
 impl<S: EntrySource + ?Sized> EntrySource for &S {
     fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
         (**self).entry(i)
     }
+
+    fn prefetch(&self, i: u32) {
+        (**self).prefetch(i)
+    }
 }
 
 impl<E: AsEntry> EntrySource for [E] {
     fn entry(&self, i: u32) -> Option<EntryRef<'_>> {
         self.get(i as usize).map(AsEntry::as_entry)
+    }
+
+    #[inline]
+    fn prefetch(&self, i: u32) {
+        if let Some(e) = self.get(i as usize) {
+            e.prefetch();
+        }
     }
 }
 

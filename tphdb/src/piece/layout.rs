@@ -169,8 +169,9 @@ impl<'a> BlockWriter<'a> {
 }
 
 /// Encodes `blocks`, each into its own buffer. Entries are visited in slot
-/// order, which is random in memory: their cache lines are prefetched one
-/// block ahead.
+/// order, which is random in memory: each entry's own memory (a memtable
+/// node, a merge's entry) is prefetched two blocks ahead, and the key and
+/// value it points to one block ahead.
 fn encode_batch<S: EntrySource + ?Sized>(
     entries: &S,
     by_slot: &[u32],
@@ -190,11 +191,21 @@ fn encode_batch<S: EntrySource + ?Sized>(
             })
             .collect()
     };
+    let prefetch_entries = |b: usize| {
+        if b < blocks.end {
+            let slots = &by_slot[b * k..((b + 1) * k).min(by_slot.len())];
+            for &i in slots.iter().filter(|&&i| i != NONE) {
+                entries.prefetch(i);
+            }
+        }
+    };
     let mut out = Vec::with_capacity(blocks.len());
     let (mut lz4_scratch, mut max_raw) = (Vec::new(), 0);
+    prefetch_entries(blocks.start + 1);
     let mut next = slots_of(blocks.start)?;
     for b in blocks.clone() {
         let slots = std::mem::take(&mut next);
+        prefetch_entries(b + 2);
         if b + 1 < blocks.end {
             next = slots_of(b + 1)?;
             for e in next.iter().flatten() {

@@ -11,8 +11,13 @@ use super::head::LiveKeySource;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::piece::KeyHashCursor;
+use crate::util::lagged::Lagged;
 
 use super::merge::MergeStats;
+
+/// How many keys ahead of its routing a key's index cells are asked for:
+/// enough for the misses of a few keys to overlap.
+const ROUTE_LAG: usize = 8;
 
 /// One bit per entry of a piece or exception of the base index.
 struct Bits(Vec<u64>);
@@ -127,6 +132,9 @@ pub(super) fn supersede(
     // (piece, h, the entry's index in `delta`)
     let mut candidates: Vec<(usize, u64, usize)> = Vec::new();
     for (i, e) in delta.iter().enumerate() {
+        if let Some(ahead) = delta.get(i + ROUTE_LAG) {
+            base.index.prefetch(ahead.h());
+        }
         let h = e.h();
         match route_with(base, h, || e.h2()) {
             Some((Some(x), piece)) => found.push((BaseKey::Exception(x), piece)),
@@ -290,32 +298,53 @@ impl LiveKeys<'_> {
             for (j, &i) in self.remaining.iter().enumerate() {
                 let piece = &base.pieces[i];
                 let field = j as u32 + 1;
+                let all_live = base.piece_all_live(i);
                 let mut live = 0u64;
                 // The piece's replaced keys, in the order of its hashes.
                 let replaced = &self.superseded.by_piece[i];
                 let mut next = replaced.partition_point(|&(h, _)| h < *hashes.start());
+                let mut take = |h: u64, h2: u64| {
+                    let routed = if all_live && base.index.exceptions_for(h).is_none() {
+                        Some((None, i))
+                    } else {
+                        route(base, h, h2)
+                    };
+                    if let Some((exception, p)) = routed {
+                        let is_replaced = match exception {
+                            Some(x) => self.superseded.exceptions.get(x),
+                            None => {
+                                while next < replaced.len() && replaced[next] < (h, h2) {
+                                    next += 1;
+                                }
+                                replaced.get(next) == Some(&(h, h2))
+                            }
+                        };
+                        if p == i && !is_replaced {
+                            live += 1;
+                            f(h, h2, field);
+                        }
+                    }
+                };
+                // Routed a few keys behind the stream, each key's index
+                // cells asked for as it comes: their misses overlap.
+                let mut lagged = Lagged::<(u64, u64), ROUTE_LAG>::new();
                 let cursor = &mut self.cursors[j];
                 stats.hash_bytes_read +=
                     piece.key_hashes_through(cursor, *hashes.end(), |h, h2| {
                         if h < *hashes.start() {
                             return;
                         }
-                        if let Some((exception, p)) = route(base, h, h2) {
-                            let is_replaced = match exception {
-                                Some(x) => self.superseded.exceptions.get(x),
-                                None => {
-                                    while next < replaced.len() && replaced[next] < (h, h2) {
-                                        next += 1;
-                                    }
-                                    replaced.get(next) == Some(&(h, h2))
-                                }
-                            };
-                            if p == i && !is_replaced {
-                                live += 1;
-                                f(h, h2, field);
-                            }
+                        if all_live {
+                            return take(h, h2);
+                        }
+                        base.index.prefetch(h);
+                        if let Some((h, h2)) = lagged.push((h, h2)) {
+                            take(h, h2);
                         }
                     })?;
+                for (h, h2) in lagged.rest() {
+                    take(h, h2);
+                }
                 self.found[j] += live;
             }
         }

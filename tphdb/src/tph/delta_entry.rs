@@ -45,6 +45,12 @@ impl AsEntry for DeltaEntry {
     fn as_entry(&self) -> EntryRef<'_> {
         self.entry_ref()
     }
+
+    /// The entry itself, not yet its key and value: their address is in it.
+    #[inline]
+    fn prefetch(&self) {
+        crate::util::prefetch(self);
+    }
 }
 
 impl DeltaEntry {

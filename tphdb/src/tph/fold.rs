@@ -328,4 +328,11 @@ impl EntrySource for PassEntries<'_> {
             }
         }
     }
+
+    #[inline]
+    fn prefetch(&self, i: u32) {
+        if let Some(w) = self.written.get(i as usize) {
+            crate::util::prefetch(w);
+        }
+    }
 }

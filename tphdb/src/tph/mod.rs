@@ -244,6 +244,13 @@ impl Tph {
         self.live_counts.iter().sum()
     }
 
+    /// Whether the global index routes every entry of piece `i` to it (its
+    /// live count is its entry count, as for a flush's piece or any piece of
+    /// a fill): which of its entries are live needs no routing then.
+    pub(crate) fn piece_all_live(&self, i: usize) -> bool {
+        self.live_counts[i] == self.pieces[i].properties().entry_count
+    }
+
     /// Entries stored in the pieces, live or not.
     pub(crate) fn stored_entries(&self) -> u64 {
         self.pieces.iter().map(|p| p.properties().entry_count).sum()
@@ -448,9 +455,10 @@ impl Tph {
         let mut out = Vec::with_capacity(expected.min(self.live_count() as usize));
         let mut copies = Copies::default();
         for (i, p) in self.pieces.iter().enumerate() {
+            let all_live = self.piece_all_live(i);
             let mut keep = |e: Entry| {
                 let h = key_hash(&e.key);
-                if hashes.contains(&h) && self.index.route(&e.key, h) == Some(i) {
+                if hashes.contains(&h) && (all_live || self.index.route(&e.key, h) == Some(i)) {
                     out.push(make(&e, h, i, &mut copies));
                 }
             };
