@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use super::entry::{decode_entry, Entry, EntryRef};
+use super::entry::{decode_entry, decode_entry_ref, Entry, EntryRef};
 use super::format::Compression;
 use crate::error::{Error, Result};
 use crate::util::checksum_matches;
@@ -264,6 +264,14 @@ impl Block {
         debug_assert!(i < self.count);
         self.range(i)
             .map(|(s, e)| decode_entry(&self.raw, s, e))
+            .transpose()
+    }
+
+    /// [`Block::entry`], borrowed from the block.
+    pub(crate) fn entry_ref(&self, i: usize) -> Result<Option<EntryRef<'_>>> {
+        debug_assert!(i < self.count);
+        self.range(i)
+            .map(|(s, e)| decode_entry_ref(&self.raw, s, e))
             .transpose()
     }
 }

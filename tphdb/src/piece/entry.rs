@@ -110,6 +110,16 @@ impl<E: AsEntry> EntrySource for [E] {
     }
 }
 
+impl AsEntry for Entry {
+    fn as_entry(&self) -> EntryRef<'_> {
+        EntryRef {
+            key: &self.key,
+            value: self.value.as_deref(),
+            seq: self.seq,
+        }
+    }
+}
+
 impl AsEntry for EntryRef<'_> {
     fn as_entry(&self) -> EntryRef<'_> {
         *self
@@ -166,6 +176,18 @@ pub(crate) fn check_lengths(key: usize, value: Option<usize>) -> Result<()> {
 
 /// Decodes the entry that spans exactly `block[start..end]`.
 pub(crate) fn decode_entry(block: &Bytes, start: usize, end: usize) -> Result<Entry> {
+    let e = decode_entry_ref(block, start, end)?;
+    Ok(Entry {
+        key: block.slice_ref(e.key),
+        value: e.value.map(|v| block.slice_ref(v)),
+        seq: e.seq,
+    })
+}
+
+/// [`decode_entry`], borrowing key and value from the block: no count of
+/// the block's references to raise and drop again, for a merge that copies
+/// what it keeps.
+pub(crate) fn decode_entry_ref(block: &[u8], start: usize, end: usize) -> Result<EntryRef<'_>> {
     let s = &block[start..end];
     let mut d = Decoder::new(s, "entry");
     let kind = d.u8()?;
@@ -187,9 +209,9 @@ pub(crate) fn decode_entry(block: &Bytes, start: usize, end: usize) -> Result<En
     }
     let key_start = start + header;
     let key_end = key_start + key_len as usize;
-    Ok(Entry {
-        key: block.slice(key_start..key_end),
-        value: value_len.map(|_| block.slice(key_end..end)),
+    Ok(EntryRef {
+        key: &block[key_start..key_end],
+        value: value_len.map(|_| &block[key_end..end]),
         seq,
     })
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::chunk::Chunk;
 use super::copies::Copies;
 use crate::hash::{key_hash, key_hash2};
-use crate::piece::{AsEntry, Entry, EntryRef};
+use crate::piece::{AsEntry, EntryRef};
 
 /// An entry moving into a TPH: 40 bytes beside its key and value, which
 /// lie next to each other in a chunk it shares with a memtable's arena, a
@@ -91,25 +91,30 @@ impl DeltaEntry {
     /// copied into `copies`: slices would keep the whole read buffer alive
     /// (or, mapped, every page of the piece resident) for as long as the
     /// merge holds the entry.
-    pub(crate) fn copied(e: &Entry, h: u64, copies: &mut Copies) -> DeltaEntry {
-        let (chunk, off) = copies.entry(&e.key, e.value.as_deref());
+    pub(crate) fn copied(e: EntryRef<'_>, h: u64, copies: &mut Copies) -> DeltaEntry {
+        let (chunk, off) = copies.entry(e.key, e.value);
         DeltaEntry::of_entry(e, chunk, off, h, HELD)
     }
 
     /// `e`'s shape, with its key hash `h`, to read again from `origin`:
     /// its key is copied into `copies`, its value is not.
-    pub(super) fn shape_of(e: &Entry, h: u64, origin: u32, copies: &mut Copies) -> DeltaEntry {
-        let (chunk, off) = copies.key(&e.key);
+    pub(super) fn shape_of(
+        e: EntryRef<'_>,
+        h: u64,
+        origin: u32,
+        copies: &mut Copies,
+    ) -> DeltaEntry {
+        let (chunk, off) = copies.key(e.key);
         DeltaEntry::of_entry(e, chunk, off, h, origin)
     }
 
-    fn of_entry(e: &Entry, chunk: Arc<Chunk>, off: u32, h: u64, origin: u32) -> DeltaEntry {
+    fn of_entry(e: EntryRef<'_>, chunk: Arc<Chunk>, off: u32, h: u64, origin: u32) -> DeltaEntry {
         DeltaEntry {
             chunk,
             off,
             // Within the limits a piece's decoder checks.
             key_len: e.key.len() as u32,
-            value_len: e.value.as_ref().map_or(TOMBSTONE_LEN, |v| v.len() as u32),
+            value_len: e.value.map_or(TOMBSTONE_LEN, |v| v.len() as u32),
             origin,
             seq: e.seq,
             h,

@@ -17,7 +17,7 @@ use super::merge::MergeStats;
 use super::{PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
-use crate::piece::{Entry, EntryRef, EntryShape, EntrySource};
+use crate::piece::{AsEntry, EntryRef, EntryShape, EntrySource};
 
 /// An entry of the new piece: held in memory (the delta's, or a folded
 /// piece's that fit), or held by shape (a live entry of a folded piece or
@@ -102,7 +102,12 @@ impl Written {
 
     /// `e`'s shape, with its key hash `h`, read again from `origin`. The
     /// key is copied, like a held entry's (see [`DeltaEntry::copied`]).
-    pub(crate) fn shape_of(e: &Entry, h: u64, origin: Origin, copies: &mut Copies) -> Written {
+    pub(crate) fn shape_of(
+        e: EntryRef<'_>,
+        h: u64,
+        origin: Origin,
+        copies: &mut Copies,
+    ) -> Written {
         Written(DeltaEntry::shape_of(e, h, origin.packed(), copies))
     }
 
@@ -193,9 +198,9 @@ pub(super) fn carry_victims(
                 continue;
             }
             carried.push(if held {
-                Written::from(DeltaEntry::copied(&e, h, &mut copies))
+                Written::from(DeltaEntry::copied(e.as_entry(), h, &mut copies))
             } else {
-                Written::shape_of(&e, h, Origin::BASE.at(i), &mut copies)
+                Written::shape_of(e.as_entry(), h, Origin::BASE.at(i), &mut copies)
             });
         }
     }
@@ -260,18 +265,18 @@ pub(super) fn load_pass<'a>(
             let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
             hashes.dedup();
             stats.fold_bytes_read += piece.for_each_entry_with_hashes(&hashes, |e| {
-                let h = key_hash(&e.key);
+                let h = key_hash(e.key);
                 let at = group.partition_point(|w| w.1 < h);
                 if group.get(at).is_none_or(|w| w.1 != h) {
                     return;
                 }
-                let h2 = key_hash2(&e.key);
+                let h2 = key_hash2(e.key);
                 if let Some(w) = group[at..]
                     .iter()
                     .take_while(|w| w.1 == h)
                     .find(|w| w.2 == h2)
                 {
-                    loaded.push((w.3, DeltaEntry::copied(&e, h, &mut copies)));
+                    loaded.push((w.3, DeltaEntry::copied(e, h, &mut copies)));
                 }
             })?;
         }

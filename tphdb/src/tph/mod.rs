@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::key_hash;
 use crate::phf::Phf;
-use crate::piece::{Entry, EntryShape, KeyHashCursor, ReadCount};
+use crate::piece::{AsEntry, Entry, EntryRef, EntryShape, KeyHashCursor, ReadCount};
 
 /// A two-tier perfect hash table. Immutable; a compaction makes a new one.
 pub(crate) struct Tph {
@@ -443,7 +443,7 @@ impl Tph {
         hashes: RangeInclusive<u64>,
         mut passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
-        mut make: impl FnMut(&Entry, u64, usize, &mut Copies) -> T,
+        mut make: impl FnMut(EntryRef<'_>, u64, usize, &mut Copies) -> T,
     ) -> Result<Vec<T>> {
         if let Some(passes) = passes.as_deref_mut() {
             passes.start(self, &hashes);
@@ -456,16 +456,16 @@ impl Tph {
         let mut copies = Copies::default();
         for (i, p) in self.pieces.iter().enumerate() {
             let all_live = self.piece_all_live(i);
-            let mut keep = |e: Entry| {
-                let h = key_hash(&e.key);
-                if hashes.contains(&h) && (all_live || self.index.route(&e.key, h) == Some(i)) {
-                    out.push(make(&e, h, i, &mut copies));
+            let mut keep = |e: EntryRef<'_>| {
+                let h = key_hash(e.key);
+                if hashes.contains(&h) && (all_live || self.index.route(e.key, h) == Some(i)) {
+                    out.push(make(e, h, i, &mut copies));
                 }
             };
             match passes.as_deref_mut() {
                 None => {
                     for e in p.iter() {
-                        keep(e?);
+                        keep(e?.as_entry());
                     }
                     stats.input_bytes_read += p.file_bytes();
                 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::{KeyHashCursor, PieceReader};
 use crate::error::{Error, Result};
 use crate::piece::block::Block;
-use crate::piece::entry::Entry;
+use crate::piece::entry::{Entry, EntryRef};
 use crate::piece::sorted::SortedCursor;
 
 /// Slot-order iteration reads this many bytes of blocks per call.
@@ -149,7 +149,7 @@ impl PieceReader {
         &self,
         cursor: &mut KeyHashCursor,
         hashes: RangeInclusive<u64>,
-        mut f: impl FnMut(Entry),
+        mut f: impl FnMut(EntryRef<'_>),
     ) -> Result<(u64, u64)> {
         if self.phf.is_empty() {
             return Ok((0, 0));
@@ -178,7 +178,7 @@ impl PieceReader {
     pub(crate) fn for_each_entry_with_hashes(
         &self,
         hashes: &[u64],
-        mut f: impl FnMut(Entry),
+        mut f: impl FnMut(EntryRef<'_>),
     ) -> Result<u64> {
         if self.phf.is_empty() {
             return Ok(0);
@@ -202,7 +202,7 @@ impl PieceReader {
 
     /// [`PieceReader::read_slots`] of `slots` in any order, letting go of
     /// the mapped pages after.
-    fn read_slots_of(&self, mut slots: Vec<u64>, f: &mut impl FnMut(Entry)) -> Result<u64> {
+    fn read_slots_of(&self, mut slots: Vec<u64>, f: &mut impl FnMut(EntryRef<'_>)) -> Result<u64> {
         slots.sort_unstable();
         slots.dedup();
         let result = self.read_slots(&slots, f);
@@ -214,7 +214,7 @@ impl PieceReader {
     /// most [`SCAN_READ_BYTES`] at a time: the window in one read when its
     /// wanted blocks make up a quarter of it or more (a large read, which
     /// the file reads ahead), else each wanted block on its own.
-    fn read_slots(&self, slots: &[u64], f: &mut impl FnMut(Entry)) -> Result<u64> {
+    fn read_slots(&self, slots: &[u64], f: &mut impl FnMut(EntryRef<'_>)) -> Result<u64> {
         let mut read = 0;
         // Pages of the file up to here have been let go of.
         let mut released = 0;
@@ -262,7 +262,7 @@ impl PieceReader {
                 }
                 let (_, block) = decoded.as_ref().expect("decoded above");
                 let entry = block
-                    .entry(at)
+                    .entry_ref(at)
                     .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))?;
                 if let Some(e) = entry {
                     f(e);

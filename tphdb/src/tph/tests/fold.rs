@@ -95,20 +95,21 @@ fn a_bottom_tph_near_its_push_down_folds_nothing_until_the_new_level_comes() {
 /// push-downs' passes held 22 MB of values at the peak of a 16M-key fill.
 #[test]
 fn a_pass_reads_at_most_its_run_of_values_again_whatever_the_fold_memory() {
-    use crate::piece::Entry;
+    use crate::piece::EntryRef;
     use crate::tph::copies::Copies;
     use crate::tph::fold::{passes_for, Origin, PASS_VALUES_BYTES};
     let mut copies = Copies::default();
-    let value = bytes::Bytes::from(vec![0u8; 1000]);
+    let value = vec![0u8; 1000];
     let shapes: Vec<Written> = (0..20_000u32)
         .map(|i| {
-            let e = Entry {
-                key: bytes::Bytes::copy_from_slice(&i.to_be_bytes()),
-                value: Some(value.clone()),
+            let key = i.to_be_bytes();
+            let e = EntryRef {
+                key: &key,
+                value: Some(&value),
                 seq: 1,
             };
             let origin = Origin::input(0).unwrap().at(0);
-            Written::shape_of(&e, crate::hash::key_hash(&e.key), origin, &mut copies)
+            Written::shape_of(e, crate::hash::key_hash(&key), origin, &mut copies)
         })
         .collect();
     // About 22 MB to read again: six runs, whatever the fold memory.
