@@ -179,8 +179,9 @@ fn encode_batch<S: EntrySource + ?Sized>(
     blocks: std::ops::Range<usize>,
     compression: Compression,
 ) -> Result<(Vec<Vec<u8>>, usize)> {
+    let block_slots = |b: usize| &by_slot[b * k..((b + 1) * k).min(by_slot.len())];
     let slots_of = |b: usize| -> Result<Vec<Option<EntryRef<'_>>>> {
-        by_slot[b * k..((b + 1) * k).min(by_slot.len())]
+        block_slots(b)
             .iter()
             .map(|&i| match i {
                 NONE => Ok(None),
@@ -193,8 +194,7 @@ fn encode_batch<S: EntrySource + ?Sized>(
     };
     let prefetch_entries = |b: usize| {
         if b < blocks.end {
-            let slots = &by_slot[b * k..((b + 1) * k).min(by_slot.len())];
-            for &i in slots.iter().filter(|&&i| i != NONE) {
+            for &i in block_slots(b).iter().filter(|&&i| i != NONE) {
                 entries.prefetch(i);
             }
         }
