@@ -65,7 +65,7 @@ pub fn replay_wal(bytes: &[u8]) -> Result<Vec<KeyVersion>> {
     let fs = MemFs::new();
     let dir = Path::new("/db");
     fs.write_file(&dir.join(crate::filename::wal_name(1)), bytes.to_vec());
-    let mem = MemTable::new(1, 1024);
+    let mem = MemTable::new(1, 1024, false);
     let (mut last_seq, mut info) = (0, crate::db::replay::WalReplay::default());
     let mut at = crate::db::replay::ReplayPosition::default();
     crate::db::replay::replay_wal(&fs, dir, 1, &mem, &mut last_seq, &mut at, &mut info)?;

@@ -355,7 +355,7 @@ mod tests {
     /// Two memtables of `n` keys each, the newer overwriting the upper
     /// half of the older's and deleting every seventh key it writes.
     fn two_memtables(n: u64) -> (MemTable, MemTable) {
-        let (newer, older) = (MemTable::new(2, 1024), MemTable::new(1, 1024));
+        let (newer, older) = (MemTable::new(2, 1024, true), MemTable::new(1, 1024, true));
         for i in 0..n {
             older.insert(key8(i).as_bytes(), i, Some(b"old"));
         }

@@ -53,12 +53,11 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
     opts.one_level = version.layout.one_level;
 
     let names = fs.list(dir)?;
-    let wal_mem = MemTable::new(
+    let wal_mem = opts.new_memtable(
         unflushed_wals(&names, recovered.state.log_number)
             .last()
             .copied()
             .unwrap_or(0),
-        opts.memtable_filter_bytes(),
     );
     let mut last_seq = recovered.state.last_seq;
     let replay = replay_wals(
@@ -325,7 +324,7 @@ fn start_writable(
     let number = vs.new_file_number();
     let file = fs.create(&path(dir, &wal_name(number)))?;
     fs.sync_dir(dir)?;
-    let mem = Arc::new(MemTable::new(number, opts.memtable_filter_bytes()));
+    let mem = Arc::new(opts.new_memtable(number));
     let mut imms = VecDeque::new();
     if !replayed.is_empty() {
         imms.push_back(Arc::new(replayed));

@@ -195,7 +195,7 @@ mod tests {
             log_number: 10,
             ..Default::default()
         };
-        let mem = MemTable::new(0, 1024);
+        let mem = MemTable::new(0, 1024, true);
         let mut last_seq = 0;
         let info = replay_wals(&fs, Path::new("/db"), &names, &state, &mem, &mut last_seq).unwrap();
         let keys = ["a", "b", "c", "d", "e"]

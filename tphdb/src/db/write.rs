@@ -354,7 +354,7 @@ impl Inner {
             .fetch_add(log.len(), Ordering::Relaxed);
         let flushed_below = self.wals_flushed_below.load(Ordering::Acquire);
         wal.start_next(number, log, flushed_below);
-        let mem = Arc::new(MemTable::new(number, self.opts.memtable_filter_bytes()));
+        let mem = Arc::new(self.opts.new_memtable(number));
         st.imms
             .push_back(std::mem::replace(&mut st.mem, mem.clone()));
         wal.mem = mem;

@@ -89,13 +89,15 @@ impl std::fmt::Debug for FrozenArena {
 const FILTER_HASHES: u32 = 4;
 
 impl MemTable {
-    /// A memtable whose key filter takes `filter_bytes` (none if 0).
-    pub(crate) fn new(wal_number: u64, filter_bytes: usize) -> MemTable {
+    /// A memtable whose key filter takes `filter_bytes` (none if 0), in
+    /// blocks backed by huge pages if `huge_pages` (see
+    /// [`crate::Options::memtable_huge_pages`]).
+    pub(crate) fn new(wal_number: u64, filter_bytes: usize, huge_pages: bool) -> MemTable {
         MemTable {
             filter: (filter_bytes > 0).then(|| {
                 AtomicBloomFilter::with_num_bits(filter_bytes.max(8) * 8).hashes(FILTER_HASHES)
             }),
-            list: SkipList::new(),
+            list: SkipList::new(huge_pages),
             wal_number,
             frozen: OnceLock::new(),
         }
@@ -369,7 +371,7 @@ mod tests {
     #[test]
     fn newest_visible_version_wins() {
         for filter_bytes in [0, 1024] {
-            let m = MemTable::new(1, filter_bytes);
+            let m = MemTable::new(1, filter_bytes, true);
             m.insert(b"a", 1, Some(b"1"));
             m.insert(b"a", 3, Some(b"3"));
             m.insert(b"a", 5, None);
@@ -389,8 +391,8 @@ mod tests {
     /// do, and the filter is charged to the memtable.
     #[test]
     fn the_key_filter_passes_every_key_and_few_others() {
-        let m = MemTable::new(1, 16 << 10);
-        let empty = MemTable::new(1, 0).memory_bytes();
+        let m = MemTable::new(1, 16 << 10, true);
+        let empty = MemTable::new(1, 0, true).memory_bytes();
         assert_eq!(m.memory_bytes(), empty + (16 << 10));
         let key = |i: u32| format!("key{i:08}").into_bytes();
         for i in 0..8192 {
@@ -411,7 +413,7 @@ mod tests {
 
     #[test]
     fn cursor_sees_only_the_snapshot() {
-        let m = Arc::new(MemTable::new(1, 0));
+        let m = Arc::new(MemTable::new(1, 0, true));
         m.insert(b"a", 1, Some(b"a1"));
         m.insert(b"b", 5, Some(b"b5"));
         m.insert(b"c", 2, Some(b"c2"));

@@ -197,8 +197,9 @@ unsafe fn link<'a>(node: *mut u8, level: usize) -> &'a AtomicPtr<u8> {
 }
 
 impl SkipList {
-    pub(crate) fn new() -> SkipList {
-        let mut arena = Arena::new();
+    /// An empty list, in blocks backed by huge pages if `huge_pages`.
+    pub(crate) fn new(huge_pages: bool) -> SkipList {
+        let mut arena = Arena::new(huge_pages);
         let (head, cost) = new_node(&mut arena, MAX_HEIGHT, b"", 0, None);
         SkipList {
             head,
@@ -425,6 +426,7 @@ impl SkipList {
     pub(crate) fn freeze(&self) -> FrozenArena {
         let mut w = self.writer.lock();
         w.frozen = true;
+        w.arena.release_tail();
         w.arena.share()
     }
 

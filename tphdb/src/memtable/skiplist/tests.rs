@@ -15,7 +15,7 @@ fn collect(list: &SkipList) -> Vec<(Vec<u8>, u64, Option<Vec<u8>>)> {
 
 #[test]
 fn orders_by_key_then_newest_first() {
-    let list = SkipList::new();
+    let list = SkipList::new(true);
     assert!(list.first().is_none() && list.last().is_none());
     list.insert(b"b", 1, Some(b"b1"));
     list.insert(b"a", 2, None);
@@ -43,7 +43,7 @@ fn orders_by_key_then_newest_first() {
 
 #[test]
 fn matches_a_sorted_model_and_charges_what_it_allocates() {
-    let list = SkipList::new();
+    let list = SkipList::new(true);
     let mut model = BTreeMap::new();
     let mut rng = fastrand::Rng::with_seed(7);
     let mut user = 0;
@@ -52,7 +52,7 @@ fn matches_a_sorted_model_and_charges_what_it_allocates() {
         let key = rng.u32(..5000).to_be_bytes().to_vec();
         // Now and then a value big enough for a block of its own.
         let value_len = if rng.u32(..500) == 0 {
-            300_000
+            BLOCK_BYTES / 4 + 1000
         } else {
             rng.usize(..200)
         };
@@ -72,7 +72,7 @@ fn matches_a_sorted_model_and_charges_what_it_allocates() {
 
 #[test]
 fn a_frozen_list_shares_keys_and_values_that_outlive_it() {
-    let list = SkipList::new();
+    let list = SkipList::new(true);
     let big = vec![9u8; BLOCK_BYTES / 2];
     list.insert(b"k1", 1, Some(b"v1"));
     list.insert(b"k2", 2, Some(&big));
@@ -127,7 +127,7 @@ fn file_backed(addr: usize) -> bool {
 #[cfg(all(target_os = "linux", not(miri)))]
 fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
     const N: u64 = 40_000;
-    let list = Arc::new(SkipList::new());
+    let list = Arc::new(SkipList::new(true));
     let big = vec![7u8; BLOCK_BYTES / 2 + 3];
     for i in 0..N {
         let key = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 24).to_be_bytes();
@@ -193,7 +193,7 @@ fn a_spilled_list_reads_the_same_from_file_pages_while_readers_run() {
 #[test]
 fn readers_see_a_consistent_list_while_a_writer_inserts() {
     const N: u64 = if cfg!(miri) { 300 } else { 50_000 };
-    let list = Arc::new(SkipList::new());
+    let list = Arc::new(SkipList::new(true));
     let writer = {
         let list = list.clone();
         std::thread::spawn(move || {
@@ -265,7 +265,7 @@ fn check_levels(list: &SkipList) {
 /// batch, empty values and deletes included.
 #[test]
 fn batches_searched_side_by_side_make_the_list_single_inserts_make() {
-    let (single, batched) = (SkipList::new(), SkipList::new());
+    let (single, batched) = (SkipList::new(true), SkipList::new(true));
     let mut rng = fastrand::Rng::with_seed(11);
     let mut seq = 0;
     let rounds = if cfg!(miri) { 10 } else { 1000 };
@@ -306,7 +306,7 @@ fn batches_searched_side_by_side_make_the_list_single_inserts_make() {
 #[test]
 fn a_seek_is_not_misled_by_a_node_linked_right_before_its_target() {
     const N: u64 = if cfg!(miri) { 300 } else { 300_000 };
-    let list = Arc::new(SkipList::new());
+    let list = Arc::new(SkipList::new(true));
     list.insert(b"z", 1, Some(b"z"));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {

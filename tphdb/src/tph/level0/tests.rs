@@ -44,7 +44,7 @@ fn context<'a>(
 
 /// A memtable of `n` keys written twice or three times, some deleted last.
 fn memtable(n: u32) -> MemTable {
-    let mem = MemTable::new(1, 1024);
+    let mem = MemTable::new(1, 1024, true);
     let mut seq = 0;
     for round in 0..3u32 {
         for i in (0..n).filter(|i| round < 2 || i % 3 == 0) {
