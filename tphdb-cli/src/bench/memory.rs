@@ -42,9 +42,34 @@ fn rss_by_kind() -> [(&'static str, u64); 2] {
     ]
 }
 
+/// What the heap holds, in bytes, with jemalloc as the allocator (every
+/// engine's, C and C++ peers included): `heap_allocated`, the bytes of live
+/// allocations, and `heap_resident`, the pages the allocator holds resident
+/// for them, its metadata and freed pages not yet returned. Memory mapped
+/// outside the heap (a memtable's arena, mapped files) is in neither.
+fn heap() -> Vec<(&'static str, u64)> {
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    {
+        use tikv_jemalloc_ctl::{epoch, stats};
+        // The statistics are a snapshot taken when the epoch advances.
+        if epoch::advance().is_ok() {
+            if let (Ok(allocated), Ok(resident)) =
+                (stats::allocated::read(), stats::resident::read())
+            {
+                return vec![
+                    ("heap_allocated", allocated as u64),
+                    ("heap_resident", resident as u64),
+                ];
+            }
+        }
+    }
+    Vec::new()
+}
+
 /// Samples a second apart, in MB: `rss` and, by name, the engine's parts
-/// ([`Kv::memory_parts`]) and the resident set's anonymous and file-backed
-/// parts (`process_anon`, `process_file`), which every engine has.
+/// ([`Kv::memory_parts`]), the resident set's anonymous and file-backed
+/// parts (`process_anon`, `process_file`), which every engine has, and the
+/// heap's ([`heap`]).
 #[derive(Debug, Default)]
 pub struct MemoryTimeline {
     pub rss_mb: Vec<f64>,
@@ -55,7 +80,8 @@ impl MemoryTimeline {
     fn sample(&mut self, db: &dyn Kv) {
         let mb = |b: u64| (b as f64 / 1e5).round() / 10.0;
         self.rss_mb.push(mb(rss()));
-        for (name, bytes) in db.memory_parts().into_iter().chain(rss_by_kind()) {
+        let parts = db.memory_parts().into_iter().chain(rss_by_kind());
+        for (name, bytes) in parts.chain(heap()) {
             self.parts_mb
                 .entry(name.to_string())
                 .or_default()
@@ -126,6 +152,19 @@ mod tests {
             assert_eq!((name.as_str(), *x), (want_name, want_x));
         }
         assert!(MemoryTimeline::default().at_peak().is_empty());
+    }
+
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    #[test]
+    fn the_heap_counts_a_live_allocation() {
+        let held = vec![1u8; 64 << 20];
+        let parts: BTreeMap<_, _> = heap().into_iter().collect();
+        assert!(parts["heap_allocated"] >= 64 << 20, "{parts:?}");
+        assert!(
+            parts["heap_resident"] >= parts["heap_allocated"],
+            "{parts:?}"
+        );
+        drop(held);
     }
 
     /// Regression: `rss()` then `peak_rss()`, two reads, once saw 4,603,904
