@@ -40,7 +40,7 @@ pub fn mapped_resident_bytes(path: &Path) -> u64 {
 }
 
 /// The system's page size.
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     // SAFETY: sysconf has no preconditions.
     *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {

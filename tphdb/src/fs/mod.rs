@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::Result;
+pub(crate) use mmap::page_size;
 
 #[doc(hidden)]
 pub use counting::{CountingFs, IoCounts};

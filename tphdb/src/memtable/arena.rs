@@ -197,8 +197,7 @@ impl Arena {
     pub(super) fn release_tail(&mut self) {
         #[cfg(all(target_os = "linux", not(miri)))]
         if !self.cursor.is_null() {
-            // SAFETY: sysconf has no memory arguments.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+            let page = crate::fs::page_size();
             let start = self.cursor.addr().next_multiple_of(page);
             let end = self.cursor.addr() + self.remaining;
             if end > start {
@@ -242,8 +241,7 @@ impl Arena {
     #[cfg(all(target_os = "linux", not(miri)))]
     pub(super) unsafe fn spill(&self, file: &std::fs::File) -> std::io::Result<u64> {
         use std::os::unix::fs::FileExt;
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let page = crate::fs::page_size();
         // Blocks are page-aligned mappings, so whole pages of each are
         // inside it; past the written prefix they are zero.
         let spans: Vec<(*mut u8, usize)> = self
@@ -352,8 +350,7 @@ unsafe fn map_over(
     unsafe { libc::munmap(fresh, len) };
     // A failure after the target was unmapped would leave readers pointing
     // at nothing; `mincore` fails on an unmapped range.
-    // SAFETY: sysconf has no memory arguments.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let page = crate::fs::page_size();
     let mut resident = vec![0u8; len.div_ceil(page)];
     // SAFETY: `resident` has a byte per page of the range.
     let mapped = unsafe { libc::mincore(target as *mut libc::c_void, len, resident.as_mut_ptr()) };
@@ -382,8 +379,7 @@ mod tests {
     /// tail in memory (a memtable moved to a file as well).
     #[test]
     fn freezing_gives_back_the_unwritten_tail_of_the_last_block() {
-        // SAFETY: sysconf has no memory arguments.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let page = crate::fs::page_size();
         let mut a = Arena::new(true);
         let written = 3 * page + 8;
         let (p, _) = a.alloc(written);
