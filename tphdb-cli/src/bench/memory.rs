@@ -1,6 +1,9 @@
 //! Memory over a run: the process's resident set and what the engine says
 //! its parts hold, sampled once a second from the measured phase through
-//! the final settle (where a fill's compactions still run).
+//! the final settle (where a fill's compactions still run). The resident
+//! set is also read every 20 ms, and the parts again at each new high: a
+//! peak often lasts less than a second (a merge's lists while it copies
+//! them), and the samples a second apart missed it by 12-35 MB.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,29 +72,60 @@ fn heap() -> Vec<(&'static str, u64)> {
 /// Samples a second apart, in MB: `rss` and, by name, the engine's parts
 /// ([`Kv::memory_parts`]), the resident set's anonymous and file-backed
 /// parts (`process_anon`, `process_file`), which every engine has, and the
-/// heap's ([`heap`]).
+/// heap's ([`heap`]); and the same taken at the highest resident set seen.
 #[derive(Debug, Default)]
 pub struct MemoryTimeline {
     pub rss_mb: Vec<f64>,
     pub parts_mb: BTreeMap<String, Vec<f64>>,
+    /// The parts at the highest resident set the frequent reads saw,
+    /// `rss` first.
+    highest: Vec<(String, f64)>,
+}
+
+fn mb(bytes: u64) -> f64 {
+    (bytes as f64 / 1e5).round() / 10.0
+}
+
+/// The parts now, by name, in MB.
+fn parts_now(db: &dyn Kv) -> Vec<(String, f64)> {
+    let parts = db.memory_parts().into_iter().chain(rss_by_kind());
+    parts
+        .chain(heap())
+        .map(|(name, bytes)| (name.to_string(), mb(bytes)))
+        .collect()
 }
 
 impl MemoryTimeline {
     fn sample(&mut self, db: &dyn Kv) {
-        let mb = |b: u64| (b as f64 / 1e5).round() / 10.0;
         self.rss_mb.push(mb(rss()));
-        let parts = db.memory_parts().into_iter().chain(rss_by_kind());
-        for (name, bytes) in parts.chain(heap()) {
-            self.parts_mb
-                .entry(name.to_string())
-                .or_default()
-                .push(mb(bytes));
+        for (name, x) in parts_now(db) {
+            self.parts_mb.entry(name).or_default().push(x);
         }
     }
 
-    /// The engine's parts at the sample of the highest resident set, with
-    /// that resident set first.
+    /// Takes the parts if `rss_mb` passes the highest resident set yet by
+    /// half a megabyte (while memory grows, not at every read).
+    fn note_high(&mut self, rss_mb: f64, db: &dyn Kv) {
+        if self
+            .highest
+            .first()
+            .is_none_or(|(_, top)| rss_mb >= *top + 0.5)
+        {
+            let mut parts = parts_now(db);
+            parts.sort_by(|a, b| a.0.cmp(&b.0));
+            self.highest = std::iter::once(("rss".to_string(), rss_mb))
+                .chain(parts)
+                .collect();
+        }
+    }
+
+    /// The engine's parts at the highest resident set, that resident set
+    /// first: as the frequent reads caught it, or else at the sample of the
+    /// highest.
     pub fn at_peak(&self) -> Vec<(String, f64)> {
+        if !self.highest.is_empty() {
+            return self.highest.clone();
+        }
         let Some((i, &top)) = self
             .rss_mb
             .iter()
@@ -110,7 +144,8 @@ impl MemoryTimeline {
     }
 }
 
-/// Runs `f` while a thread samples `db`'s memory once a second.
+/// Runs `f` while a thread samples `db`'s memory once a second, and reads
+/// the resident set every 20 ms for the parts at its highest.
 pub fn sampled<T>(db: &dyn Kv, f: impl FnOnce() -> T) -> (T, MemoryTimeline) {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -122,6 +157,7 @@ pub fn sampled<T>(db: &dyn Kv, f: impl FnOnce() -> T) -> (T, MemoryTimeline) {
                     timeline.sample(db);
                     next += Duration::from_secs(1);
                 }
+                timeline.note_high(mb(rss()), db);
                 std::thread::sleep(Duration::from_millis(20));
             }
             timeline
@@ -144,6 +180,7 @@ mod tests {
                 ("memtables".to_string(), vec![10.0, 64.0, 128.0]),
                 ("index".to_string(), vec![1.0, 2.0, 3.0]),
             ]),
+            highest: Vec::new(),
         };
         let want = [("rss", 300.0), ("index", 2.0), ("memtables", 64.0)];
         let got = timeline.at_peak();
@@ -152,6 +189,49 @@ mod tests {
             assert_eq!((name.as_str(), *x), (want_name, want_x));
         }
         assert!(MemoryTimeline::default().at_peak().is_empty());
+    }
+
+    /// An engine whose one part is set by the test.
+    struct Parts(std::sync::atomic::AtomicU64);
+
+    impl Kv for Parts {
+        fn put(&self, _: &[u8], _: &[u8]) -> super::super::engines::Result<()> {
+            Ok(())
+        }
+        fn get(&self, _: &[u8]) -> super::super::engines::Result<Option<usize>> {
+            Ok(None)
+        }
+        fn delete(&self, _: &[u8]) -> super::super::engines::Result<()> {
+            Ok(())
+        }
+        fn scan(&self, _: &[u8], _: usize) -> super::super::engines::Result<usize> {
+            Ok(0)
+        }
+        fn settle(&self) -> super::super::engines::Result<()> {
+            Ok(())
+        }
+        fn memory_parts(&self) -> Vec<(&'static str, u64)> {
+            vec![("jobs", self.0.load(Ordering::Relaxed))]
+        }
+    }
+
+    /// The parts reported at the peak are those of the highest resident
+    /// set the frequent reads saw, between the once-a-second samples.
+    #[test]
+    fn the_peak_between_samples_keeps_the_parts_of_its_moment() {
+        let db = Parts(std::sync::atomic::AtomicU64::new(0));
+        let mut timeline = MemoryTimeline::default();
+        timeline.sample(&db);
+        for (rss, jobs) in [(100.0, 1), (100.3, 2), (180.0, 3), (120.0, 4), (179.0, 5)] {
+            db.0.store(jobs << 20, Ordering::Relaxed);
+            timeline.note_high(rss, &db);
+        }
+        timeline.sample(&db);
+        let peak: BTreeMap<String, f64> = timeline.at_peak().into_iter().collect();
+        assert_eq!(peak["rss"], 180.0);
+        assert_eq!(peak["jobs"], 3.1, "{peak:?}");
+        assert!(peak.contains_key("process_anon"));
+        assert!(timeline.rss_mb.iter().all(|&r| r < 180.0));
     }
 
     #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]

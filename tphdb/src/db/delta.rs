@@ -16,7 +16,7 @@ use crate::compaction::TphId;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, MemTable};
-use crate::piece::EntryShape;
+use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{merge, DeltaEntry, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY};
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
@@ -279,6 +279,12 @@ impl Inner {
             .collect::<Vec<_>>()
             .into_par_iter()
             .map(|((p, d), number)| {
+                // The list is the caller's to count; its piece's writing
+                // is this merge's.
+                let _writing = HeldBytes::new(
+                    &self.stats,
+                    piece_write_memory(d.len(), &self.piece_options),
+                );
                 let (base, pinned) = self.merge_target(level, p);
                 let mut ctx = self.merge_context(level, p, bottom, number);
                 ctx.pinned = &pinned;

@@ -275,9 +275,11 @@ pub struct DBStats {
     /// Frozen memtables waiting to be flushed.
     pub immutable_memtables: u64,
     /// Bytes running flushes and compactions hold now in their lists of
-    /// entries and the keys and values they copied out of pieces (a
-    /// flush's keys and values are its memtable's, in `memtable_bytes`).
-    /// Not included: folds' entries and indexes being built.
+    /// entries, the keys and values they copied out of pieces (a flush's
+    /// keys and values are its memtable's, in `memtable_bytes`), and what
+    /// writing each new piece takes beside them (hashes, slot tables, the
+    /// write buffer). Not included: folds' entries and indexes being
+    /// built, bounded by `compaction_memory_bytes` with the rest.
     pub job_memory_bytes: u64,
     /// Bytes of flushed memtables that snapshots and iterators still hold
     /// in memory: each pins the memtables of its moment until it is

@@ -34,6 +34,7 @@ pub use mem::MemFs;
 pub use mmap::mapped_resident_bytes;
 pub(crate) use open_files::OpenFiles;
 pub use posix::PosixFs;
+pub(crate) use posix::WRITE_BUFFER_BYTES;
 
 /// How an immutable file is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

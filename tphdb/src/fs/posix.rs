@@ -260,7 +260,7 @@ impl RandomAccessFile for DirectFile {
 }
 
 /// Appends are buffered up to this many bytes before they are written.
-const WRITE_BUFFER_BYTES: usize = 1 << 20;
+pub(crate) const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
 /// A file written through a buffer of its own, not a `BufWriter`: after a
 /// failed write a `BufWriter` keeps the unwritten rest and writes it on the

@@ -31,7 +31,7 @@ pub use format::{Compression, PieceProperties};
 pub(crate) use reader::{KeyHashCursor, ReadCount};
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;
+pub(crate) use writer::{piece_write_memory, write_piece_in_passes, LoadPass};
 pub use writer::{
     write_piece, write_piece_hashed, PieceOptions, DEFAULT_MAX_BLOCK_SLOTS, SAMPLE_INTERVAL,
 };
-pub(crate) use writer::{write_piece_in_passes, LoadPass};

@@ -94,6 +94,18 @@ pub fn write_piece_hashed(
     })
 }
 
+/// Memory writing a piece of `entries` holds beyond the entries
+/// themselves: their hashes (the caller's), and in
+/// [`write_piece_in_passes`] each key's second hash and the slot table (an
+/// entry index a slot; each entry's slot, for the key-order index, takes
+/// their place at the end), and the file's write buffer. Flushes and
+/// merges count it with what they hold
+/// ([`crate::DBStats::job_memory_bytes`]).
+pub(crate) fn piece_write_memory(entries: usize, options: &PieceOptions) -> u64 {
+    let slot_table = 4.0 * options.phf.table_factor.max(1.0);
+    (entries as f64 * (16.0 + slot_table)) as u64 + crate::fs::WRITE_BUFFER_BYTES as u64
+}
+
 /// The entries of one pass of [`write_piece_in_passes`]: handed the run of
 /// slots the pass writes (entry indices, [`NONE`] for an empty slot),
 /// returns where to find those entries whole: the entries the piece was
@@ -173,7 +185,9 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
         write_key_hashes(hashes, &hashes2, sink)
     })?;
-    let slot_of = slots.slot_of(entries.len());
+    // The key-order index needs neither: gone before its own table is made.
+    drop(hashes2);
+    let slot_of = slots.into_slot_of(entries.len());
     let mut chunk_index = Vec::new();
     sections.add_streamed(file, SectionId::KeyChunks as u32, &mut |sink| {
         encode_key_index(
@@ -285,7 +299,7 @@ impl SlotLayout {
     }
 
     /// The slot of each of `entries` entries.
-    fn slot_of(&self, entries: usize) -> Vec<u32> {
+    fn into_slot_of(self, entries: usize) -> Vec<u32> {
         let mut slot_of = vec![0u32; entries];
         for (s, &i) in self.by_slot.iter().enumerate() {
             if i != NONE {
@@ -539,5 +553,28 @@ mod tests {
             },
         );
         assert!(matches!(result, Err(Error::Internal(_))), "{result:?}");
+    }
+
+    /// The memory a flush or merge counts for writing a piece covers the
+    /// tables the writer made: two hashes an entry and an entry index a
+    /// slot of the table it built, with the overflow slots.
+    #[test]
+    fn the_counted_write_memory_covers_the_writers_tables() {
+        let (data, hashes) = entries();
+        let entries = refs(&data);
+        let fs = MemFs::new();
+        for table_factor in [1.0, 1.1, 1.5] {
+            let mut options = PieceOptions::default();
+            options.phf.table_factor = table_factor;
+            let props =
+                write_piece_hashed(&fs, Path::new("/p.ph"), &entries, &hashes, &options).unwrap();
+            let slots = props.table_size + props.overflow_count;
+            let tables = 16 * entries.len() as u64 + 4 * slots;
+            let counted = piece_write_memory(entries.len(), &options);
+            assert!(
+                counted >= tables && counted - tables <= (1 << 20) + entries.len() as u64,
+                "table factor {table_factor}: {counted} counted for {tables}"
+            );
+        }
     }
 }

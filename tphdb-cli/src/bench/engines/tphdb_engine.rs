@@ -182,6 +182,17 @@ impl Kv for Tphdb {
                 json!(round(st.stall_micros as f64 / 1e6, 2)),
             ),
             ("flushes", json!(st.flushes)),
+            // Time spent in flushes (a frozen memtable's lifetime, with the
+            // write rate what the active one grows by meanwhile) and in
+            // compactions.
+            (
+                "flush_seconds",
+                json!(round(st.flush_micros as f64 / 1e6, 2)),
+            ),
+            (
+                "compaction_seconds",
+                json!(round(st.compaction_micros as f64 / 1e6, 2)),
+            ),
             ("levels", Value::Array(levels)),
             ("structure", json!(st.level_table())),
         ]

@@ -21,6 +21,7 @@ use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
 use crate::error::{Error, Result};
 use crate::memtable::{FlushEntry, MemTable};
+use crate::piece::piece_write_memory;
 use crate::tph::{merge, write_level0, DeltaEntry, Hashed, MergeContext, Tph, Written};
 use crate::version::{Version, VersionEdit};
 
@@ -355,7 +356,8 @@ impl Inner {
                 } else {
                     let entries = memtables_flush_entries(&newest);
                     let list = entries.capacity() * std::mem::size_of::<FlushEntry<'_>>();
-                    let _held = HeldBytes::new(&self.stats, list as u64);
+                    let writing = piece_write_memory(entries.len(), &self.piece_options);
+                    let _held = HeldBytes::new(&self.stats, list as u64 + writing);
                     self.add_level0_tph(&entries, &mut change)?;
                 }
             }
