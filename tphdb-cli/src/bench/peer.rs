@@ -7,7 +7,7 @@
 //! peak RSS and the bytes read and written at the OS level
 //! (`/proc/self/io`) the engine's own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -246,7 +246,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             // the others' results standing; the row says what happened.
             let why = format!("failed ({})", out.status);
             eprintln!("  {engine}: {why}");
-            let _ = std::fs::remove_dir_all(tmp.path().join(engine));
+            remove_engine_dir(&tmp.path().join(engine));
             rows.push(EngineResult::failed(engine, why));
             continue;
         }
@@ -266,7 +266,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                 disk_rows(&mut disk, &tmp.path().join(engine), a.fio_seconds, ops);
             }
         }
-        let _ = std::fs::remove_dir_all(tmp.path().join(engine));
+        remove_engine_dir(&tmp.path().join(engine));
         rows.push(row);
     }
     rows.extend(disk);
@@ -393,6 +393,16 @@ impl Drop for MemoryBudget {
         let _ = std::fs::write(self.0.join("memory.force_empty"), "0");
         let _ = std::fs::remove_dir(&self.0);
     }
+}
+
+/// Removes an engine's directory once its run is over, and waits for the
+/// file system to settle it: a run started right after 17 GB of the run
+/// before were deleted wrote almost nothing for its first 20 seconds, as
+/// the file system was still freeing them.
+fn remove_engine_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    // SAFETY: a plain system call; it takes no arguments.
+    unsafe { libc::sync() };
 }
 
 /// The Pogreb driver, built by scripts/setup-peers.sh next to the release
