@@ -194,11 +194,12 @@ impl WriteBreakdown {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompactionReads {
-    /// Level-0 TPHs read by level-0 merges.
+    /// Level-0 TPHs read by level-0 merges, with the values a pass held
+    /// by shape reads again as it writes.
     pub l0_merge: u64,
-    /// TPHs read to push them down.
+    /// TPHs read to push them down, likewise.
     pub push_down: u64,
-    /// Pieces read to fold them.
+    /// Pieces read to fold them, with the folded values read again.
     pub gc_fold: u64,
     /// Key-hash sections read to rebuild global indexes.
     pub key_hashes: u64,

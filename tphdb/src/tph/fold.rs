@@ -51,6 +51,11 @@ impl Origin {
         Ok(Origin { tph, piece: 0 })
     }
 
+    /// Whether the piece is the base TPH's (a fold's), not an input's.
+    fn is_base(self) -> bool {
+        self.tph == 0
+    }
+
     /// Piece `piece` of the same TPH.
     pub(crate) fn at(self, piece: usize) -> Origin {
         Origin {
@@ -264,7 +269,7 @@ pub(super) fn load_pass<'a>(
             })?;
             let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
             hashes.dedup();
-            stats.fold_bytes_read += piece.for_each_entry_with_hashes(&hashes, |e| {
+            let read = piece.for_each_entry_with_hashes(&hashes, |e| {
                 let h = key_hash(e.key);
                 let at = group.partition_point(|w| w.1 < h);
                 if group.get(at).is_none_or(|w| w.1 != h) {
@@ -279,6 +284,13 @@ pub(super) fn load_pass<'a>(
                     loaded.push((w.3, DeltaEntry::copied(e, h, &mut copies)));
                 }
             })?;
+            // A folded base piece is read for its fold; an input's entries
+            // held by shape are the job's input, read a second time.
+            if group[0].0.is_base() {
+                stats.fold_bytes_read += read;
+            } else {
+                stats.input_bytes_read += read;
+            }
         }
         loaded.sort_unstable_by_key(|&(i, _)| i);
         check_loaded(base, inputs, written, &wanted, &loaded)?;
