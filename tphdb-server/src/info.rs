@@ -112,9 +112,9 @@ pub(crate) fn info(shared: &Shared, section: Option<String>) -> String {
         let _ = write!(
             t,
             "bytes_written_by_cause:wal={},flush={},l0_merge={},push_down={},gc_fold={},index={},manifest={}\r\n\
-             compaction_bytes_read_by_cause:l0_merge={},push_down={},gc_fold={},key_hashes={}\r\n",
+             compaction_bytes_read_by_cause:l0_merge={},push_down={},gc_fold={},key_hashes={},values_again={}\r\n",
             w.wal, w.flush, w.l0_merge, w.push_down, w.gc_fold, w.index, w.manifest,
-            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes,
+            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes, r.values_again,
         );
     }
     t

@@ -35,6 +35,7 @@ pub(crate) struct Stats {
     pub(crate) push_down_read: AtomicU64,
     pub(crate) gc_fold_read: AtomicU64,
     pub(crate) key_hashes_read: AtomicU64,
+    pub(crate) values_again_read: AtomicU64,
     pub(crate) pieces_folded: AtomicU64,
     pub(crate) pieces_dropped: AtomicU64,
     pub(crate) tombstones_dropped: AtomicU64,
@@ -88,6 +89,8 @@ impl Stats {
         self.gc_fold_read.fetch_add(m.fold_bytes_read, Relaxed);
         self.index_written.fetch_add(m.index_bytes_written, Relaxed);
         self.key_hashes_read.fetch_add(m.hash_bytes_read, Relaxed);
+        self.values_again_read
+            .fetch_add(m.values_again_read, Relaxed);
         self.pieces_folded.fetch_add(m.pieces_folded, Relaxed);
         self.pieces_dropped.fetch_add(m.pieces_dropped, Relaxed);
         self.tombstones_dropped
@@ -194,21 +197,24 @@ impl WriteBreakdown {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompactionReads {
-    /// Level-0 TPHs read by level-0 merges, with the values a pass held
-    /// by shape reads again as it writes.
+    /// Level-0 TPHs read by level-0 merges.
     pub l0_merge: u64,
-    /// TPHs read to push them down, likewise.
+    /// TPHs read to push them down.
     pub push_down: u64,
     /// Pieces read to fold them, with the folded values read again.
     pub gc_fold: u64,
     /// Key-hash sections read to rebuild global indexes.
     pub key_hashes: u64,
+    /// Values of a merge's inputs read a second time: a pass that holds
+    /// its entries by shape (their keys, not their values) reads each
+    /// value again from the input as it writes the new piece.
+    pub values_again: u64,
 }
 
 impl CompactionReads {
     /// Every byte.
     pub fn total(&self) -> u64 {
-        self.l0_merge + self.push_down + self.gc_fold + self.key_hashes
+        self.l0_merge + self.push_down + self.gc_fold + self.key_hashes + self.values_again
     }
 }
 
@@ -456,6 +462,7 @@ impl Inner {
                 push_down: s.push_down_read.load(Relaxed),
                 gc_fold: s.gc_fold_read.load(Relaxed),
                 key_hashes: s.key_hashes_read.load(Relaxed),
+                values_again: s.values_again_read.load(Relaxed),
             },
             read_amplification: ratio(
                 s.get_bytes_read.load(Relaxed),

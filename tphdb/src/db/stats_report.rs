@@ -53,8 +53,8 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "compactions read: l0 merge {}  push-down {}  gc fold {}  key hashes {}",
-            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes
+            "compactions read: l0 merge {}  push-down {}  gc fold {}  key hashes {}  values again {}",
+            r.l0_merge, r.push_down, r.gc_fold, r.key_hashes, r.values_again
         );
         let _ = writeln!(
             s,

@@ -285,11 +285,11 @@ pub(super) fn load_pass<'a>(
                 }
             })?;
             // A folded base piece is read for its fold; an input's entries
-            // held by shape are the job's input, read a second time.
+            // held by shape are read a second time.
             if group[0].0.is_base() {
                 stats.fold_bytes_read += read;
             } else {
-                stats.input_bytes_read += read;
+                stats.values_again_read += read;
             }
         }
         loaded.sort_unstable_by_key(|&(i, _)| i);

@@ -102,6 +102,8 @@ pub(crate) struct MergeStats {
     pub(crate) fold_bytes_read: u64,
     /// Key-hash sections read to rebuild the global index.
     pub(crate) hash_bytes_read: u64,
+    /// Values of entries held by shape read again from the inputs.
+    pub(crate) values_again_read: u64,
     pub(crate) entries_written: u64,
     pub(crate) pieces_folded: u64,
     pub(crate) pieces_dropped: u64,
@@ -117,6 +119,7 @@ impl MergeStats {
         self.input_bytes_read += other.input_bytes_read;
         self.fold_bytes_read += other.fold_bytes_read;
         self.hash_bytes_read += other.hash_bytes_read;
+        self.values_again_read += other.values_again_read;
         self.entries_written += other.entries_written;
         self.pieces_folded += other.pieces_folded;
         self.pieces_dropped += other.pieces_dropped;

@@ -144,6 +144,7 @@ impl Kv for Tphdb {
             "push_down": amp(r.push_down),
             "gc_fold": amp(r.gc_fold),
             "key_hashes": amp(r.key_hashes),
+            "values_again": amp(r.values_again),
         });
         let levels: Vec<Value> = st
             .levels
