@@ -3,7 +3,7 @@
 //! the final settle (where a fill's compactions still run). The resident
 //! set is also read every 20 ms, and the parts again at each new high: a
 //! peak often lasts less than a second (a merge's lists while it copies
-//! them), and the samples a second apart missed it by 12-35 MB.
+//! them), and the samples a second apart missed it by up to 14 MB.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
