@@ -171,6 +171,7 @@ pub fn sampled<T>(db: &dyn Kv, f: impl FnOnce() -> T) -> (T, MemoryTimeline) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::engines::Result;
 
     #[test]
     fn the_peak_is_the_highest_resident_set_with_the_parts_of_that_second() {
@@ -195,19 +196,19 @@ mod tests {
     struct Parts(std::sync::atomic::AtomicU64);
 
     impl Kv for Parts {
-        fn put(&self, _: &[u8], _: &[u8]) -> super::super::engines::Result<()> {
+        fn put(&self, _: &[u8], _: &[u8]) -> Result<()> {
             Ok(())
         }
-        fn get(&self, _: &[u8]) -> super::super::engines::Result<Option<usize>> {
+        fn get(&self, _: &[u8]) -> Result<Option<usize>> {
             Ok(None)
         }
-        fn delete(&self, _: &[u8]) -> super::super::engines::Result<()> {
+        fn delete(&self, _: &[u8]) -> Result<()> {
             Ok(())
         }
-        fn scan(&self, _: &[u8], _: usize) -> super::super::engines::Result<usize> {
+        fn scan(&self, _: &[u8], _: usize) -> Result<usize> {
             Ok(0)
         }
-        fn settle(&self) -> super::super::engines::Result<()> {
+        fn settle(&self) -> Result<()> {
             Ok(())
         }
         fn memory_parts(&self) -> Vec<(&'static str, u64)> {
