@@ -55,6 +55,10 @@ pub(crate) trait EntryShape: Sync {
     /// The value's length; `None` for a tombstone.
     fn value_len(&self) -> Option<usize>;
 
+    /// Asks the CPU for the memory [`EntryShape::key`] reads first; passes
+    /// over entries in their order call it some entries ahead.
+    fn prefetch_shape(&self) {}
+
     /// Bytes of the encoded entry.
     fn encoded_len(&self) -> usize {
         let key = self.key().len();
@@ -75,7 +79,17 @@ impl<T: AsEntry> EntryShape for T {
     fn value_len(&self) -> Option<usize> {
         self.as_entry().value.map(<[u8]>::len)
     }
+
+    #[inline]
+    fn prefetch_shape(&self) {
+        AsEntry::prefetch(self)
+    }
 }
+
+/// How many entries ahead passes in entry order prefetch: a flush's
+/// entries lie wherever the memtable's arena put them, so each pass over
+/// them in key order missed the cache at every entry.
+pub(crate) const PREFETCH_AHEAD: usize = 8;
 
 /// Where a piece's blocks get their entries whole: entry `i` of the piece,
 /// or `None` if it is not at hand.

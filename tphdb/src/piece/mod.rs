@@ -26,7 +26,7 @@ pub use block_index::MAX_SEGMENT_BYTES;
 pub use cache::BlockCache;
 pub(crate) use entry::{check_limits, AsEntry};
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
-pub(crate) use entry::{EntryShape, EntrySource};
+pub(crate) use entry::{EntryShape, EntrySource, PREFETCH_AHEAD};
 pub use format::{Compression, PieceProperties};
 pub(crate) use reader::{KeyHashCursor, ReadCount};
 pub use reader::{PieceIter, PieceReader};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, EntryShape};
+use super::entry::{Entry, EntryShape, PREFETCH_AHEAD};
 use super::format::PieceProperties;
 use super::reader::PieceReader;
 use super::writer::Sink;
@@ -45,7 +45,11 @@ pub(crate) fn encode_key_index<E: EntryShape>(
         offsets.push(written);
         first_keys.push(entries[in_order(start)].key());
         let mut prev: &[u8] = &[];
-        for i in (start..entries.len().min(start + SAMPLE_INTERVAL)).map(in_order) {
+        for j in start..entries.len().min(start + SAMPLE_INTERVAL) {
+            if j + PREFETCH_AHEAD < entries.len() {
+                entries[in_order(j + PREFETCH_AHEAD)].prefetch_shape();
+            }
+            let i = in_order(j);
             let e = &entries[i];
             let key = e.key();
             let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();

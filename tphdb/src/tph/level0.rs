@@ -13,7 +13,7 @@ use super::{DeltaEntry, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
 use crate::memtable::FlushEntry;
-use crate::piece::{AsEntry, EntryShape};
+use crate::piece::{AsEntry, EntryShape, PREFETCH_AHEAD};
 
 /// An entry and its [`crate::hash::key_hash`], kept or computed.
 pub(crate) trait Hashed: AsEntry + Sync {
@@ -47,7 +47,14 @@ pub(crate) fn write_level0<E: Hashed>(
     }
     let mut stats = MergeStats::default();
     let meta = new_meta(ctx, None, &[], &[], entries.len(), 0)?;
-    let hashes: Vec<u64> = entries.iter().map(Hashed::key_hash).collect();
+    let hashes: Vec<u64> = (0..entries.len())
+        .map(|i| {
+            if let Some(ahead) = entries.get(i + PREFETCH_AHEAD) {
+                ahead.prefetch_shape();
+            }
+            entries[i].key_hash()
+        })
+        .collect();
     let mut keys = NewKeys {
         entries,
         hashes: &hashes,
