@@ -5,7 +5,6 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -17,7 +16,7 @@ use crate::compaction::TphId;
 use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, MemTable};
-use crate::piece::{piece_write_memory, EntryShape, PieceOptions};
+use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{merge, DeltaEntry, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY};
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
@@ -157,27 +156,6 @@ pub(super) fn split(mut delta: Vec<Written>, partitions: u64) -> BTreeMap<u64, V
     parts
 }
 
-/// Memory a pass of `per_pass` of `targets` holds when it holds its
-/// entries by shape: each entry's place in the list and its key, and what
-/// writing its piece takes.
-fn shape_pass_bytes(
-    inputs: &[Arc<Tph>],
-    per_pass: u64,
-    targets: &Range<u64>,
-    options: &PieceOptions,
-) -> u64 {
-    let width = (targets.end - targets.start).max(1);
-    let pieces = || inputs.iter().flat_map(|t| t.pieces());
-    let stored: u64 = pieces().map(|p| p.properties().entry_count).sum();
-    let key_bytes: u64 = pieces().map(|p| p.properties().key_bytes).sum();
-    let live: u64 = inputs.iter().map(|t| t.live_count()).sum();
-    let entries = u128::from(live) * u128::from(per_pass.min(width)) / u128::from(width);
-    let entries = entries as u64;
-    let key = key_bytes / stored.max(1);
-    entries * (std::mem::size_of::<Written>() as u64 + key)
-        + piece_write_memory(entries as usize, options)
-}
-
 /// How many of `targets` one pass of a merge of `input_bytes` takes: as
 /// many as keep a pass's share of the input (hashes are uniform, so each
 /// partition's is even) within `budget`, and at least one. A pass holds
@@ -225,7 +203,6 @@ impl Inner {
         let partitions = self.state.lock().current().partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);
-        let shape_bytes = shape_pass_bytes(inputs, per_pass, &targets, &self.piece_options);
         // One pass takes every live entry of the inputs, reading them
         // whole; several read on in each piece's key hashes.
         let mut ranges: Option<Vec<RangePasses>> =
@@ -234,13 +211,6 @@ impl Inner {
             let lo = targets.start + pass * per_pass;
             let hi = (lo + per_pass).min(targets.end);
             let hashes = hashes_of_partitions(lo..hi, partitions);
-            let _turn = by_shape.then(|| {
-                let (turn, waited) = self.shape_gate.enter(shape_bytes);
-                if waited {
-                    self.stats.shape_pass_waits.fetch_add(1, Relaxed);
-                }
-                turn
-            });
             let lists = inputs
                 .iter()
                 .enumerate()

@@ -20,7 +20,6 @@ mod push_down;
 mod read;
 mod repair;
 pub(crate) mod replay;
-mod shape_gate;
 mod space;
 mod stats;
 mod stats_report;
@@ -153,8 +152,6 @@ pub(crate) struct Inner {
     /// them synced (the MANIFEST's log number).
     pub(crate) wals_flushed_below: AtomicU64,
     pub(crate) stats: Stats,
-    /// Turns of the merge passes that hold their entries by shape.
-    pub(crate) shape_gate: shape_gate::ShapeGate,
     /// Pacing of writes while level 0 is past its slowdown trigger; taken
     /// with the WAL lock held.
     pub(crate) write_delay: Mutex<write_delay::WriteDelay>,

@@ -130,7 +130,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         .files_moved_to_lost
         .store(moved_to_lost, Ordering::Relaxed);
     let pools = ThreadPools::start(&opts)?;
-    let job_input_bytes = (opts.job_memory_bytes() / 2).max(1);
     let inner = Arc::new(Inner {
         dir: dir.to_path_buf(),
         fs,
@@ -141,7 +140,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             tph_target_bytes: opts.tph_target_bytes,
             max_levels: opts.max_levels,
             l0_slowdown_trigger: opts.l0_slowdown_trigger,
-            job_input_bytes,
+            job_input_bytes: (opts.job_memory_bytes() / 2).max(1),
             background_threads: opts.background_threads,
             gc_dead_ratio: opts.gc_dead_ratio,
             max_garbage_ratio: opts.max_garbage_ratio,
@@ -162,7 +161,6 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         visible_seq: AtomicU64::new(last_seq),
         wals_flushed_below: AtomicU64::new(recovered.state.log_number),
         stats,
-        shape_gate: super::shape_gate::ShapeGate::new(job_input_bytes),
         pool: pools.compaction,
         low_priority: pools.low_priority,
         flush_pool: pools.flush,

@@ -41,7 +41,6 @@ pub(crate) struct Stats {
     pub(crate) tombstones_dropped: AtomicU64,
     pub(crate) push_downs_overlapped: AtomicU64,
     pub(crate) push_down_waits: AtomicU64,
-    pub(crate) shape_pass_waits: AtomicU64,
     pub(crate) peak_running_compactions: AtomicU64,
     pub(crate) low_priority_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
@@ -326,10 +325,6 @@ pub struct DBStats {
     /// Push-downs that, their children written, waited for a merge into
     /// their TPH to end.
     pub push_down_waits: u64,
-    /// Merge passes holding their entries by shape that waited for others
-    /// to end, so that together they hold at most a job's input half
-    /// (see `docs/design.md`, Levels).
-    pub shape_pass_waits: u64,
     /// The most compactions (level-0 merges, push-downs, folds) that held
     /// a background thread at once: at most `background_threads`.
     pub peak_running_compactions: u64,
@@ -506,7 +501,6 @@ impl Inner {
             tombstones_dropped: s.tombstones_dropped.load(Relaxed),
             push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
             push_down_waits: s.push_down_waits.load(Relaxed),
-            shape_pass_waits: s.shape_pass_waits.load(Relaxed),
             peak_running_compactions: s.peak_running_compactions.load(Relaxed),
             low_priority_compactions: s.low_priority_compactions.load(Relaxed),
             running_jobs,

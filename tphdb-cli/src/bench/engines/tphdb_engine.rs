@@ -194,7 +194,6 @@ impl Kv for Tphdb {
                 "compaction_seconds",
                 json!(round(st.compaction_micros as f64 / 1e6, 2)),
             ),
-            ("shape_pass_waits", json!(st.shape_pass_waits)),
             ("levels", Value::Array(levels)),
             ("structure", json!(st.level_table())),
         ]
