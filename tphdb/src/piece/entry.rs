@@ -91,6 +91,15 @@ impl<T: AsEntry> EntryShape for T {
 /// them in key order missed the cache at every entry.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
 
+/// Prefetches the entry [`PREFETCH_AHEAD`] after `i` in `entries`, if any:
+/// called by a pass over `entries` in their order as it reaches `i`.
+#[inline]
+pub(crate) fn prefetch_ahead<E: EntryShape>(entries: &[E], i: usize) {
+    if let Some(e) = entries.get(i + PREFETCH_AHEAD) {
+        e.prefetch_shape();
+    }
+}
+
 /// Where a piece's blocks get their entries whole: entry `i` of the piece,
 /// or `None` if it is not at hand.
 pub(crate) trait EntrySource: Sync {

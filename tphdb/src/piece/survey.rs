@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::entry::{check_lengths, EntryShape, PREFETCH_AHEAD};
+use super::entry::{check_lengths, prefetch_ahead, EntryShape};
 use crate::error::Result;
 use crate::hash::key_hash2;
 
@@ -79,9 +79,7 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
             // Each run also compares its first key with the key before it.
             let mut prev = (c > 0).then(|| entries[c * chunk - 1].key());
             for (i, e) in run.iter().enumerate() {
-                if let Some(ahead) = run.get(i + PREFETCH_AHEAD) {
-                    ahead.prefetch_shape();
-                }
+                prefetch_ahead(run, i);
                 let (key, value) = (e.key(), e.value_len());
                 check_lengths(key.len(), value)?;
                 s.encoded_bytes += e.encoded_len();

@@ -13,7 +13,7 @@ use super::{DeltaEntry, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
 use crate::memtable::FlushEntry;
-use crate::piece::{AsEntry, EntryShape, PREFETCH_AHEAD};
+use crate::piece::{prefetch_ahead, AsEntry, EntryShape};
 
 /// An entry and its [`crate::hash::key_hash`], kept or computed.
 pub(crate) trait Hashed: AsEntry + Sync {
@@ -49,9 +49,7 @@ pub(crate) fn write_level0<E: Hashed>(
     let meta = new_meta(ctx, None, &[], &[], entries.len(), 0)?;
     let hashes: Vec<u64> = (0..entries.len())
         .map(|i| {
-            if let Some(ahead) = entries.get(i + PREFETCH_AHEAD) {
-                ahead.prefetch_shape();
-            }
+            prefetch_ahead(entries, i);
             entries[i].key_hash()
         })
         .collect();
