@@ -285,6 +285,8 @@ impl Db {
             compactions,
             compaction_micros,
             stall_micros,
+            memtable_stall_micros,
+            level0_stall_micros,
             open_micros
         );
         d.set_item("levels", s.levels.len())?;

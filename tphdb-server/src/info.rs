@@ -84,7 +84,7 @@ pub(crate) fn info(shared: &Shared, section: Option<String>) -> String {
     if want("tphdb") {
         let _ = write!(
             t,
-            "# tphdb\r\nwrites:{}\r\nuser_bytes_written:{}\r\nwrite_amplification:{:.3}\r\nwal_amplification:{:.3}\r\nreads_per_get:{:.3}\r\nindex_bytes_per_key:{:.3}\r\nflushes:{}\r\ncompactions:{}\r\nlow_priority_compactions:{}\r\nstall_micros:{}\r\nrunning_jobs:{}\r\ncompaction_pending:{}\r\nlevels:{}\r\n",
+            "# tphdb\r\nwrites:{}\r\nuser_bytes_written:{}\r\nwrite_amplification:{:.3}\r\nwal_amplification:{:.3}\r\nreads_per_get:{:.3}\r\nindex_bytes_per_key:{:.3}\r\nflushes:{}\r\ncompactions:{}\r\nlow_priority_compactions:{}\r\nstall_micros:{}\r\nmemtable_stall_micros:{}\r\nlevel0_stall_micros:{}\r\nrunning_jobs:{}\r\ncompaction_pending:{}\r\nlevels:{}\r\n",
             stats.writes,
             stats.user_bytes_written,
             stats.write_amplification,
@@ -95,6 +95,8 @@ pub(crate) fn info(shared: &Shared, section: Option<String>) -> String {
             stats.compactions,
             stats.low_priority_compactions,
             stats.stall_micros,
+            stats.memtable_stall_micros,
+            stats.level0_stall_micros,
             stats.running_jobs,
             u8::from(stats.work_pending),
             stats.levels.len(),

@@ -44,6 +44,8 @@ pub(crate) struct Stats {
     pub(crate) peak_running_compactions: AtomicU64,
     pub(crate) low_priority_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
+    pub(crate) memtable_stall_micros: AtomicU64,
+    pub(crate) level0_stall_micros: AtomicU64,
     /// Writers in a stall or a delay now: writes are not idle while they
     /// wait, whatever the count of writes does.
     pub(crate) writers_stalled: AtomicU64,
@@ -68,7 +70,30 @@ pub(crate) enum JobCause {
     Gc,
 }
 
+/// Why a writer waited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// Every memtable was full: writes stopped for a flush.
+    Memtables,
+    /// Level 0 reached `l0_stop_trigger`: writes stopped for its merge.
+    Level0,
+    /// Writes were paced (`db/write_delay.rs`).
+    Delay,
+}
+
 impl Stats {
+    /// Counts a writer's wait for `cause` in the total and in its cause's.
+    pub(crate) fn add_stall(&self, cause: Stall, waited: std::time::Duration) {
+        let micros = waited.as_micros() as u64;
+        self.stall_micros.fetch_add(micros, Relaxed);
+        let by_cause = match cause {
+            Stall::Memtables => &self.memtable_stall_micros,
+            Stall::Level0 => &self.level0_stall_micros,
+            Stall::Delay => return,
+        };
+        by_cause.fetch_add(micros, Relaxed);
+    }
+
     pub(crate) fn record_job(&self, cause: JobCause, m: &MergeStats) {
         let (written, read) = match cause {
             JobCause::Flush => {
@@ -338,8 +363,13 @@ pub struct DBStats {
     /// (RocksDB's `rocksdb.compaction-pending`). With `running_jobs` at 0
     /// too, the background work is done until the next writes.
     pub work_pending: bool,
-    /// Time writers waited for flushes and compactions.
+    /// Time writers waited for flushes and compactions: stopped on full
+    /// memtables, stopped at `l0_stop_trigger`, or paced (the rest).
     pub stall_micros: u64,
+    /// Of `stall_micros`, writes stopped because every memtable was full.
+    pub memtable_stall_micros: u64,
+    /// Of `stall_micros`, writes stopped at `l0_stop_trigger`.
+    pub level0_stall_micros: u64,
     /// Time the last open took.
     pub open_micros: u64,
     /// WAL batches replayed at open.
@@ -506,6 +536,8 @@ impl Inner {
             running_jobs,
             work_pending,
             stall_micros: s.stall_micros.load(Relaxed),
+            memtable_stall_micros: s.memtable_stall_micros.load(Relaxed),
+            level0_stall_micros: s.level0_stall_micros.load(Relaxed),
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
             wal_dropped_bytes: s.wal_dropped_bytes.load(Relaxed),
@@ -515,42 +547,12 @@ impl Inner {
     }
 
     /// Entries of the active and frozen memtables, every version counted.
-    fn memtable_entries(&self) -> u64 {
+    pub(super) fn memtable_entries(&self) -> u64 {
         let (sv, _) = self.read_view();
         std::iter::once(&sv.mem)
             .chain(&sv.imms)
             .map(|m| m.len() as u64)
             .sum()
-    }
-
-    pub(crate) fn property(&self, name: &str) -> Option<String> {
-        let stats = self.collect_stats();
-        match name {
-            "tphdb.stats" => Some(stats.report()),
-            "tphdb.levelstats" => Some(stats.level_table()),
-            // As RocksDB's: live entries of the tables plus every entry of
-            // the memtables (overwrites and deletes counted as keys).
-            "tphdb.estimate-num-keys" => Some(
-                (stats.levels.iter().map(|l| l.live_entries).sum::<u64>()
-                    + self.memtable_entries())
-                .to_string(),
-            ),
-            "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
-            "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),
-            "tphdb.num-immutable-mem-table" => Some(stats.immutable_memtables.to_string()),
-            "tphdb.compaction-pending" => Some(u8::from(stats.work_pending).to_string()),
-            "tphdb.num-running-jobs" => Some(stats.running_jobs.to_string()),
-            "tphdb.size-all-mem-tables" => {
-                Some((stats.memtable_bytes + stats.pinned_memtable_bytes).to_string())
-            }
-            _ => {
-                let level: usize = name
-                    .strip_prefix("tphdb.num-files-at-level")?
-                    .parse()
-                    .ok()?;
-                Some(stats.levels.get(level).map_or(0, |l| l.pieces).to_string())
-            }
-        }
     }
 }
 

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::stats::DBStats;
+use super::Inner;
 
 impl DBStats {
     /// The per-level structure as a table.
@@ -110,8 +111,11 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "stalls {} ms  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
+            "stalls {} ms (memtables full {}, level 0 at its stop {}, paced {})  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
             self.stall_micros / 1000,
+            self.memtable_stall_micros / 1000,
+            self.level0_stall_micros / 1000,
+            self.stall_micros.saturating_sub(self.memtable_stall_micros + self.level0_stall_micros) / 1000,
             self.wal_bytes,
             self.wal_syncs,
             self.open_micros / 1000,
@@ -122,5 +126,37 @@ impl DBStats {
         );
         s.push_str(&self.level_table());
         s
+    }
+}
+
+impl Inner {
+    pub(crate) fn property(&self, name: &str) -> Option<String> {
+        let stats = self.collect_stats();
+        match name {
+            "tphdb.stats" => Some(stats.report()),
+            "tphdb.levelstats" => Some(stats.level_table()),
+            // As RocksDB's: live entries of the tables plus every entry of
+            // the memtables (overwrites and deletes counted as keys).
+            "tphdb.estimate-num-keys" => Some(
+                (stats.levels.iter().map(|l| l.live_entries).sum::<u64>()
+                    + self.memtable_entries())
+                .to_string(),
+            ),
+            "tphdb.index-memory-bytes" => Some(stats.index_memory_bytes.to_string()),
+            "tphdb.cur-size-all-mem-tables" => Some(stats.memtable_bytes.to_string()),
+            "tphdb.num-immutable-mem-table" => Some(stats.immutable_memtables.to_string()),
+            "tphdb.compaction-pending" => Some(u8::from(stats.work_pending).to_string()),
+            "tphdb.num-running-jobs" => Some(stats.running_jobs.to_string()),
+            "tphdb.size-all-mem-tables" => {
+                Some((stats.memtable_bytes + stats.pinned_memtable_bytes).to_string())
+            }
+            _ => {
+                let level: usize = name
+                    .strip_prefix("tphdb.num-files-at-level")?
+                    .parse()
+                    .ok()?;
+                Some(stats.levels.get(level).map_or(0, |l| l.pieces).to_string())
+            }
+        }
     }
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Condvar;
 
-use super::{Inner, SyncPolicy, WriteOptions};
+use super::stats::Stall;
+use super::{write_delay, Inner, SyncPolicy, WriteOptions};
 use crate::batch::WriteBatch;
 use crate::compaction;
 use crate::error::{Error, Result};
@@ -286,14 +287,22 @@ impl Inner {
                 self.maybe_schedule(&mut st);
                 self.bg_cv.wait_for(&mut st, Duration::from_millis(100));
                 self.stats.writers_stalled.fetch_sub(1, Ordering::Relaxed);
-                self.stats
-                    .stall_micros
-                    .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                let cause = match memtables_full {
+                    true => Stall::Memtables,
+                    false => Stall::Level0,
+                };
+                self.stats.add_stall(cause, t.elapsed());
                 continue;
             }
             if !slowed {
                 slowed = true;
-                let (backlog, near_stop) = if opts.one_level {
+                let memtable = write_delay::memtable_backlog(
+                    wal.mem.memory_bytes(),
+                    opts.write_buffer_bytes,
+                    st.imms.len(),
+                    max_imms,
+                );
+                let (jobs, near_stop) = if opts.one_level {
                     let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
                     let due =
                         compaction::level1_due(st.current(), opts.tph_target_bytes, &st.running);
@@ -304,18 +313,16 @@ impl Inner {
                     let backlog = (l0 >= opts.l0_slowdown_trigger).then_some(l0);
                     (backlog, l0 + 1 >= opts.l0_stop_trigger)
                 };
-                let wait = self
-                    .write_delay
-                    .lock()
-                    .delay(backlog, near_stop, bytes, Instant::now());
+                let wait =
+                    self.write_delay
+                        .lock()
+                        .delay(jobs, near_stop, memtable, bytes, Instant::now());
                 if !wait.is_zero() {
                     drop(st);
                     self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(wait);
                     self.stats.writers_stalled.fetch_sub(1, Ordering::Relaxed);
-                    self.stats
-                        .stall_micros
-                        .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+                    self.stats.add_stall(Stall::Delay, wait);
                     continue;
                 }
             }

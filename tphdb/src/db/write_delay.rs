@@ -21,16 +21,68 @@ const NEAR_STOP: f64 = 0.6;
 /// Unslowed writes are measured over windows this long.
 const MEASURE: Duration = Duration::from_secs(1);
 
+/// The active memtable's share of `write_buffer_bytes` past which writes
+/// slow while every frozen memtable slot is taken (a flush still runs).
+/// Filling the last quarter at a falling rate gives a slow flush time to
+/// end before writes must stop for it: at 16M keys of 1 KiB, a flush that
+/// took more than the 0.85 s a memtable took to fill stopped writes for
+/// most of a second, twice in a run (0.09 of the median rate).
+const MEMTABLE_PACED_FROM: f64 = 0.75;
+/// Steps the last quarter of the active memtable is paced in; the last is
+/// one step from a stop.
+const MEMTABLE_STEPS: usize = 4;
+
+/// How far the active memtable has run ahead of its flushes, in steps of
+/// backlog for [`WriteDelay::delay`]: 0 while a frozen memtable may still
+/// be added (`frozen < max_frozen`) or the active one holds less than
+/// three quarters of `write_buffer_bytes`, then one more a sixteenth, up
+/// to [`MEMTABLE_STEPS`] in the last sixteenth.
+pub(crate) fn memtable_backlog(
+    active_bytes: usize,
+    write_buffer_bytes: usize,
+    frozen: usize,
+    max_frozen: usize,
+) -> usize {
+    if frozen < max_frozen || write_buffer_bytes == 0 {
+        return 0;
+    }
+    let fill = active_bytes as f64 / write_buffer_bytes as f64;
+    if fill < MEMTABLE_PACED_FROM {
+        return 0;
+    }
+    let step = (fill - MEMTABLE_PACED_FROM) / (1.0 - MEMTABLE_PACED_FROM) * MEMTABLE_STEPS as f64;
+    (step as usize + 1).min(MEMTABLE_STEPS)
+}
+
+/// The share of the slowed rate writes run at with the active memtable
+/// `steps` into its paced last quarter ([`memtable_backlog`]): 0.8 less a
+/// step, and 0.6 of that in the last. A factor of the current state, not
+/// a change of the rate: the memtable's steps fall back to none at every
+/// switch, and adjusting the rate by them (four steps down, one up) ratcheted
+/// it to the floor under a level-0 backlog, for seconds.
+fn memtable_factor(steps: usize) -> f64 {
+    match steps {
+        0 => 1.0,
+        s if s >= MEMTABLE_STEPS => SLOWER.powi(s as i32 - 1) * NEAR_STOP,
+        s => SLOWER.powi(s as i32 - 1),
+    }
+}
+
 /// The pacing state; the writer holding the WAL lock consults it.
 #[derive(Debug)]
 pub(crate) struct WriteDelay {
     max_rate: f64,
+    /// Where a slowdown starts: 0.8 of the recent unslowed rate.
+    start_rate: f64,
+    /// The rate the jobs' backlog leaves, before the memtable's factor.
     rate: f64,
     /// Bytes that may be written before the next refill.
     credit: f64,
     next_refill: Option<Instant>,
-    /// The backlog (level-0 TPHs) when the rate was last adjusted; `None`
-    /// while writes are not slowed.
+    /// Writes are being paced.
+    slowed: bool,
+    /// The jobs' backlog when the rate was last adjusted; `None` while it
+    /// does not slow writes.
     last_backlog: Option<usize>,
     /// Bytes written, unslowed, since `window_start`.
     window_bytes: f64,
@@ -45,9 +97,11 @@ impl WriteDelay {
         let max_rate = (max_rate_bytes_per_sec as f64).max(MIN_RATE_BYTES_PER_SEC);
         WriteDelay {
             max_rate,
+            start_rate: max_rate,
             rate: max_rate,
             credit: 0.0,
             next_refill: None,
+            slowed: false,
             last_backlog: None,
             window_bytes: 0.0,
             window_start: None,
@@ -55,44 +109,55 @@ impl WriteDelay {
         }
     }
 
-    /// The rate writes are paced at while slowed, in bytes per second.
+    /// The rate writes are paced at while slowed, in bytes per second,
+    /// before the memtable's factor.
     #[cfg(test)]
     fn rate_bytes_per_sec(&self) -> f64 {
         self.rate
     }
 
-    /// How long a write of `bytes` waits at `now`. `backlog` is `None`
-    /// when writes need not slow; otherwise the level-0 count, and
-    /// `near_stop` says it is one step from stopping writes.
+    /// How long a write of `bytes` waits at `now`. `backlog` is how far
+    /// the jobs are behind (level 0's count past its slowdown trigger, or
+    /// one-level mode's backlog; `None` when they do not slow writes), and
+    /// `near_stop` says it is one step from stopping writes; `memtable` is
+    /// the active memtable's steps into its paced last quarter
+    /// ([`memtable_backlog`]).
     pub(crate) fn delay(
         &mut self,
         backlog: Option<usize>,
         near_stop: bool,
+        memtable: usize,
         bytes: u64,
         now: Instant,
     ) -> Duration {
-        let Some(backlog) = backlog else {
+        if backlog.is_none() && memtable == 0 {
+            self.slowed = false;
             self.last_backlog = None;
             self.credit = 0.0;
             self.next_refill = None;
             self.measure(bytes, now);
             return Duration::ZERO;
-        };
-        match self.last_backlog {
-            None => {
-                let recent = self.recent_rate.unwrap_or(self.max_rate);
-                self.rate = (recent * SLOWER).min(self.max_rate);
-                self.window_start = None;
-            }
-            Some(last) if backlog > last => self.rate *= SLOWER,
-            Some(last) if backlog < last => self.rate /= SLOWER,
-            Some(_) => {}
         }
-        if near_stop && self.last_backlog != Some(backlog) {
+        if !self.slowed {
+            self.slowed = true;
+            let recent = self.recent_rate.unwrap_or(self.max_rate);
+            self.start_rate = (recent * SLOWER).min(self.max_rate);
+            self.rate = self.start_rate;
+            self.window_start = None;
+        }
+        match (self.last_backlog, backlog) {
+            // The jobs caught up; the memtable alone paces from the start.
+            (Some(_), None) => self.rate = self.start_rate,
+            (Some(last), Some(b)) if b > last => self.rate *= SLOWER,
+            (Some(last), Some(b)) if b < last => self.rate /= SLOWER,
+            _ => {}
+        }
+        if near_stop && backlog.is_some() && self.last_backlog != backlog {
             self.rate *= NEAR_STOP;
         }
         self.rate = self.rate.clamp(MIN_RATE_BYTES_PER_SEC, self.max_rate);
-        self.last_backlog = Some(backlog);
+        self.last_backlog = backlog;
+        let rate = (self.rate * memtable_factor(memtable)).max(MIN_RATE_BYTES_PER_SEC);
 
         let bytes = bytes as f64;
         if self.credit >= bytes {
@@ -102,7 +167,7 @@ impl WriteDelay {
         let next = *self.next_refill.get_or_insert(now);
         if next <= now {
             let elapsed = now - next + REFILL;
-            self.credit += elapsed.as_secs_f64() * self.rate;
+            self.credit += elapsed.as_secs_f64() * rate;
             self.next_refill = Some(now + REFILL);
             if self.credit >= bytes {
                 self.credit -= bytes;
@@ -110,9 +175,8 @@ impl WriteDelay {
             }
         }
         let over = bytes - self.credit;
-        debug_assert!(self.rate >= MIN_RATE_BYTES_PER_SEC);
         self.credit = 0.0;
-        let needed = Duration::from_secs_f64(over / self.rate);
+        let needed = Duration::from_secs_f64(over / rate);
         let next = self.next_refill.expect("set above") + needed;
         self.next_refill = Some(next);
         next.saturating_duration_since(now).max(REFILL)
@@ -144,7 +208,7 @@ mod tests {
         let mut now = start;
         let mut written = 0u64;
         while (now - start).as_secs_f64() < seconds {
-            now += d.delay(Some(backlog), false, bytes, now);
+            now += d.delay(Some(backlog), false, 0, bytes, now);
             written += bytes;
         }
         written as f64 / (now - start).as_secs_f64()
@@ -154,7 +218,7 @@ mod tests {
     fn slowed_writes_run_at_the_rate() {
         let mut d = WriteDelay::new(1 << 20);
         assert_eq!(
-            d.delay(None, false, 1 << 30, Instant::now()),
+            d.delay(None, false, 0, 1 << 30, Instant::now()),
             Duration::ZERO
         );
         // Nothing measured yet: 0.8 of the option.
@@ -168,18 +232,18 @@ mod tests {
         let start = Instant::now();
         // 8000 KiB/s unslowed for two seconds.
         for ms in 0..2000u64 {
-            d.delay(None, false, 8 << 10, start + Duration::from_millis(ms));
+            d.delay(None, false, 0, 8 << 10, start + Duration::from_millis(ms));
         }
         let now = start + Duration::from_secs(2);
-        d.delay(Some(12), false, 1, now);
+        d.delay(Some(12), false, 0, 1, now);
         let rate = d.rate_bytes_per_sec() / 1024.0;
         assert!((rate - 8000.0 * 0.8).abs() < 20.0, "{rate}");
         // Never above the option, however fast writes ran.
         let mut d = WriteDelay::new(1 << 20);
         for ms in 0..2000u64 {
-            d.delay(None, false, 8 << 10, start + Duration::from_millis(ms));
+            d.delay(None, false, 0, 8 << 10, start + Duration::from_millis(ms));
         }
-        d.delay(Some(12), false, 1, now);
+        d.delay(Some(12), false, 0, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), (1 << 20) as f64);
     }
 
@@ -187,32 +251,100 @@ mod tests {
     fn the_rate_falls_while_the_backlog_grows_and_recovers_after() {
         let mut d = WriteDelay::new(16 << 20);
         let now = Instant::now();
-        d.delay(Some(12), false, 1, now);
+        d.delay(Some(12), false, 0, 1, now);
         let first = d.rate_bytes_per_sec();
         assert_eq!(
             first,
             16.0 * 1048576.0 * 0.8,
             "no measured rate: the option's"
         );
-        d.delay(Some(13), false, 1, now);
-        d.delay(Some(14), false, 1, now);
+        d.delay(Some(13), false, 0, 1, now);
+        d.delay(Some(14), false, 0, 1, now);
         let slowed = d.rate_bytes_per_sec();
         assert!((slowed - first * 0.64).abs() < 1.0, "{slowed}");
-        d.delay(Some(19), true, 1, now);
+        d.delay(Some(19), true, 0, 1, now);
         assert!(d.rate_bytes_per_sec() < slowed * 0.5);
         for backlog in (10..19).rev() {
-            d.delay(Some(backlog), false, 1, now);
+            d.delay(Some(backlog), false, 0, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), (16 << 20) as f64);
         // Never below the floor, however long the backlog grows.
         for backlog in 20..200 {
-            d.delay(Some(backlog), true, 1, now);
+            d.delay(Some(backlog), true, 0, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), MIN_RATE_BYTES_PER_SEC);
         // Once writes need not slow, the next slowdown starts afresh.
-        assert_eq!(d.delay(None, false, 1 << 30, now), Duration::ZERO);
-        d.delay(Some(12), false, 1, now);
+        assert_eq!(d.delay(None, false, 0, 1 << 30, now), Duration::ZERO);
+        d.delay(Some(12), false, 0, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), first);
+    }
+
+    #[test]
+    fn the_last_quarter_of_the_active_memtable_is_paced_only_while_no_frozen_slot_is_free() {
+        let mib = 1 << 20;
+        // A frozen slot free: the memtable will be frozen, not waited for.
+        assert_eq!(memtable_backlog(63 * mib, 64 * mib, 0, 1), 0);
+        assert_eq!(memtable_backlog(63 * mib, 64 * mib, 1, 2), 0);
+        // Every slot taken: nothing below three quarters.
+        assert_eq!(memtable_backlog(47 * mib, 64 * mib, 1, 1), 0);
+        let steps: Vec<usize> = [48, 51, 52, 56, 60, 63, 64, 80]
+            .iter()
+            .map(|&m| memtable_backlog(m * mib, 64 * mib, 1, 1))
+            .collect();
+        assert_eq!(steps, [1, 1, 2, 3, 4, 4, 4, 4]);
+        assert_eq!(memtable_backlog(1, 0, 1, 1), 0, "no write buffer");
+    }
+
+    /// Regression: the memtable's steps were added to level 0's backlog,
+    /// so each memtable took the rate down four steps and its switch up
+    /// one: under a steady level-0 backlog the rate fell to the floor in a
+    /// few memtables, and writes nearly stopped for seconds. The steps are
+    /// a factor now: the rate level 0 leaves is the same after each.
+    #[test]
+    fn memtables_filling_under_a_level0_backlog_leave_its_rate_as_it_was() {
+        let mut d = WriteDelay::new(16 << 20);
+        let now = Instant::now();
+        d.delay(Some(12), false, 0, 1, now);
+        let rate = d.rate_bytes_per_sec();
+        for _memtable in 0..10 {
+            for steps in 0..=MEMTABLE_STEPS {
+                d.delay(Some(12), false, steps, 1, now);
+            }
+        }
+        d.delay(Some(12), false, 0, 1, now);
+        assert_eq!(d.rate_bytes_per_sec(), rate);
+        // Level 0 caught up while the memtable paces: from the start again.
+        d.delay(Some(13), false, 0, 1, now);
+        assert!(d.rate_bytes_per_sec() < rate);
+        d.delay(None, false, 2, 1, now);
+        assert_eq!(d.rate_bytes_per_sec(), rate);
+    }
+
+    /// Filling the last quarter of a memtable at the paced rates takes
+    /// more than twice as long as at full speed: time a slow flush gets
+    /// before writes stop.
+    #[test]
+    fn pacing_the_last_quarter_gives_a_flush_twice_the_time() {
+        let (buffer, write) = (64u64 << 20, 1u64 << 10);
+        let full_speed = 64.0 * 1048576.0;
+        let mut d = WriteDelay::new(1 << 30);
+        let start = Instant::now();
+        // Unslowed at 64 MiB/s for a second: the recent rate.
+        for ms in 0..=1000u64 {
+            d.delay(None, false, 0, 64 << 10, start + Duration::from_millis(ms));
+        }
+        let mut now = start + Duration::from_secs(1);
+        let mut active = buffer * 3 / 4;
+        let paced_from = now;
+        while active < buffer {
+            let steps = memtable_backlog(active as usize, buffer as usize, 1, 1);
+            now += d.delay(None, false, steps, write, now);
+            active += write;
+        }
+        let paced = (now - paced_from).as_secs_f64();
+        let unpaced = (buffer / 4) as f64 / full_speed;
+        assert!(paced > 2.0 * unpaced, "{paced} s against {unpaced} s");
+        assert!(paced < 4.0 * unpaced, "{paced} s against {unpaced} s");
     }
 
     #[test]
@@ -220,7 +352,7 @@ mod tests {
         let mut d = WriteDelay::new(1 << 20);
         let now = Instant::now();
         // 4 MiB at 0.8 MiB/s.
-        let wait = d.delay(Some(12), false, 4 << 20, now);
+        let wait = d.delay(Some(12), false, 0, 4 << 20, now);
         assert!(
             wait >= Duration::from_millis(4900) && wait <= Duration::from_millis(5100),
             "{wait:?}"

@@ -182,6 +182,16 @@ impl Kv for Tphdb {
                 "stall_seconds",
                 json!(round(st.stall_micros as f64 / 1e6, 2)),
             ),
+            // Of those: writes stopped on full memtables, stopped at level
+            // 0's stop trigger; the rest were paced.
+            (
+                "memtable_stall_seconds",
+                json!(round(st.memtable_stall_micros as f64 / 1e6, 2)),
+            ),
+            (
+                "level0_stall_seconds",
+                json!(round(st.level0_stall_micros as f64 / 1e6, 2)),
+            ),
             ("flushes", json!(st.flushes)),
             // Time spent in flushes (a frozen memtable's lifetime, with the
             // write rate what the active one grows by meanwhile) and in
