@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::child::ChildSpec;
 use super::disk::{fio_randread, raw_direct_reads};
-use super::engines::{self, EngineConfig, TphdbSettings};
+use super::engines::{self, CompactionPriorityArg, EngineConfig, TphdbSettings};
 use super::report::round;
 use super::result::EngineResult;
 use super::workload::Workload;
@@ -100,6 +100,10 @@ pub struct PeerArgs {
     /// (`Options::background_threads`).
     #[arg(long)]
     pub background_threads: Option<usize>,
+    /// tphdb: the compactions' CPU priority (`Options::compaction_priority`;
+    /// none: the default, the caller's).
+    #[arg(long, value_enum)]
+    pub compaction_priority: Option<CompactionPriorityArg>,
     /// tphdb: TPH target size in MiB.
     #[arg(long)]
     pub tph_target_mb: Option<u64>,
@@ -195,6 +199,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
                     max_immutable_memtables: a.max_immutable_memtables,
                     compaction_memory_mb: a.compaction_memory_mb,
                     background_threads: a.background_threads,
+                    compaction_priority: a.compaction_priority,
                     tph_target_mb: a.tph_target_mb,
                     fanout: a.fanout,
                     signature_bits: a.signature_bits,

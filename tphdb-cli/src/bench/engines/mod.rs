@@ -107,6 +107,7 @@ pub struct TphdbSettings {
     pub max_immutable_memtables: Option<usize>,
     pub compaction_memory_mb: Option<usize>,
     pub background_threads: Option<usize>,
+    pub compaction_priority: Option<CompactionPriorityArg>,
     pub tph_target_mb: Option<u64>,
     pub fanout: Option<u32>,
     pub signature_bits: Option<u32>,
@@ -119,6 +120,16 @@ pub struct TphdbSettings {
     pub gc_dead_ratio: Option<f64>,
     /// `Options::max_garbage_ratio` (none: the default).
     pub max_garbage_ratio: Option<f64>,
+}
+
+/// `tphdb::CompactionPriority`, as a flag's values.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+pub enum CompactionPriorityArg {
+    Normal,
+    Low,
+    LowWithoutWrites,
 }
 
 /// Every engine name `--engines` accepts.

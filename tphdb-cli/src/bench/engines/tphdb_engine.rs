@@ -4,9 +4,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 use tphdb::fs::ReadMode;
-use tphdb::{Options, DB};
+use tphdb::{CompactionPriority, Options, DB};
 
-use super::{EngineConfig, Kv, Result, WriteCounters};
+use super::{CompactionPriorityArg, EngineConfig, Kv, Result, WriteCounters};
 use crate::bench::report::round;
 
 pub struct Tphdb {
@@ -38,6 +38,14 @@ impl Tphdb {
                 .or(budget.map(|b| b / 8))
                 .unwrap_or(d.compaction_memory_bytes),
             background_threads: t.background_threads.unwrap_or(d.background_threads),
+            compaction_priority: match t.compaction_priority {
+                None => d.compaction_priority,
+                Some(CompactionPriorityArg::Normal) => CompactionPriority::Normal,
+                Some(CompactionPriorityArg::Low) => CompactionPriority::Low,
+                Some(CompactionPriorityArg::LowWithoutWrites) => {
+                    CompactionPriority::LowWithoutWrites
+                }
+            },
             tph_target_bytes: t.tph_target_mb.map_or(d.tph_target_bytes, |m| m << 20),
             fanout: t.fanout.unwrap_or(d.fanout),
             signature_bits: t.signature_bits.unwrap_or(d.signature_bits),
