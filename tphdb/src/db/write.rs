@@ -273,7 +273,8 @@ impl Inner {
             }
             let l0 = st.current().l0.len();
             let max_imms = opts.max_immutable_memtables.max(1);
-            let full = wal.mem.memory_bytes() >= opts.write_buffer_bytes;
+            let active_bytes = wal.mem.memory_bytes();
+            let full = active_bytes >= opts.write_buffer_bytes;
             let switch = full || (force && !wal.mem.is_empty());
             // Frozen memtables stop writes only when the active one must be
             // frozen too (RocksDB's `max_write_buffer_number`): until then
@@ -297,7 +298,7 @@ impl Inner {
             if !slowed {
                 slowed = true;
                 let memtable = write_delay::memtable_backlog(
-                    wal.mem.memory_bytes(),
+                    active_bytes,
                     opts.write_buffer_bytes,
                     st.imms.len(),
                     max_imms,

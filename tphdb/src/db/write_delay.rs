@@ -201,6 +201,19 @@ impl WriteDelay {
 mod tests {
     use super::*;
 
+    /// Unslowed writes of `bytes` at `start` plus each of `ms`
+    /// milliseconds: the recent rate a slowdown starts from.
+    fn write_unslowed(
+        d: &mut WriteDelay,
+        start: Instant,
+        ms: impl Iterator<Item = u64>,
+        bytes: u64,
+    ) {
+        for ms in ms {
+            d.delay(None, false, 0, bytes, start + Duration::from_millis(ms));
+        }
+    }
+
     /// Writes of `bytes` every time the delay allows, for `seconds` of
     /// simulated time at a constant backlog; returns bytes per second.
     fn paced_rate(d: &mut WriteDelay, backlog: usize, bytes: u64, seconds: f64) -> f64 {
@@ -231,18 +244,14 @@ mod tests {
         let mut d = WriteDelay::new(64 << 20);
         let start = Instant::now();
         // 8000 KiB/s unslowed for two seconds.
-        for ms in 0..2000u64 {
-            d.delay(None, false, 0, 8 << 10, start + Duration::from_millis(ms));
-        }
+        write_unslowed(&mut d, start, 0..2000, 8 << 10);
         let now = start + Duration::from_secs(2);
         d.delay(Some(12), false, 0, 1, now);
         let rate = d.rate_bytes_per_sec() / 1024.0;
         assert!((rate - 8000.0 * 0.8).abs() < 20.0, "{rate}");
         // Never above the option, however fast writes ran.
         let mut d = WriteDelay::new(1 << 20);
-        for ms in 0..2000u64 {
-            d.delay(None, false, 0, 8 << 10, start + Duration::from_millis(ms));
-        }
+        write_unslowed(&mut d, start, 0..2000, 8 << 10);
         d.delay(Some(12), false, 0, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), (1 << 20) as f64);
     }
@@ -330,9 +339,7 @@ mod tests {
         let mut d = WriteDelay::new(1 << 30);
         let start = Instant::now();
         // Unslowed at 64 MiB/s for a second: the recent rate.
-        for ms in 0..=1000u64 {
-            d.delay(None, false, 0, 64 << 10, start + Duration::from_millis(ms));
-        }
+        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
         let mut now = start + Duration::from_secs(1);
         let mut active = buffer * 3 / 4;
         let paced_from = now;

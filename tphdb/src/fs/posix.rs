@@ -332,6 +332,7 @@ impl PosixWritable {
                 }
             }
         }
+        self.start_writeback();
         Ok(())
     }
 
@@ -365,9 +366,6 @@ impl PosixWritable {
     fn flush_buf(&mut self) -> Result<()> {
         let buf = std::mem::take(&mut self.buf);
         let result = self.write_out(&buf);
-        if result.is_ok() {
-            self.start_writeback();
-        }
         self.buf = buf;
         // After a failure the rest stays buffered for `len`, but the file
         // refuses to write it until truncated.
@@ -385,9 +383,7 @@ impl WritableFile for PosixWritable {
             self.flush_buf()?;
         }
         if data.len() >= WRITE_BUFFER_BYTES {
-            self.write_out(data)?;
-            self.start_writeback();
-            return Ok(());
+            return self.write_out(data);
         }
         self.buf.extend_from_slice(data);
         Ok(())
