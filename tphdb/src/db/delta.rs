@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use super::flush_eta::FlushProgress;
 use super::install::{discard, Change};
 use super::stats::HeldBytes;
 use super::Inner;
@@ -229,7 +230,7 @@ impl Inner {
             let lists = lists.inspect_err(|_| discard(change))?;
             let held: u64 = lists.iter().map(Written::list_memory).sum();
             let _held = HeldBytes::new(&self.stats, held);
-            self.merge_into_level(level, newest_first(lists), inputs, true, change)?;
+            self.merge_into_level(level, newest_first(lists), inputs, true, None, change)?;
         }
         for (i, t) in inputs.iter().enumerate() {
             let finished = match ranges.as_mut() {
@@ -254,13 +255,15 @@ impl Inner {
     /// see elsewhere (frozen memtables, level 0, the TPH pushed down): the
     /// version between the edits reads the same, and a crash between them
     /// leaves copies that the next merge of the same entries replaces.
-    /// Entries held by shape are read again from `inputs`.
+    /// Entries held by shape are read again from `inputs`. A flush counts
+    /// the TPHs merged in `progress`.
     pub(super) fn merge_into_level(
         &self,
         level: u32,
         delta: Vec<Written>,
         inputs: &[Arc<Tph>],
         install_each: bool,
+        progress: Option<&FlushProgress>,
         change: &mut Change,
     ) -> Result<()> {
         let (partitions, bottom) = {
@@ -268,6 +271,9 @@ impl Inner {
             (st.current().partitions(level), level == st.current().depth)
         };
         let parts = split(delta, partitions);
+        if let Some(p) = progress {
+            p.start(parts.len() as u32);
+        }
         let numbers: Vec<u64> = parts
             .keys()
             .map(|_| self.new_file_number())
@@ -297,6 +303,9 @@ impl Inner {
                     self.apply(one, &[])?;
                     one = Change::default();
                     one.stats = stats;
+                }
+                if let Some(p) = progress {
+                    p.part_done();
                 }
                 Ok(one)
             })

@@ -253,7 +253,7 @@ impl Inner {
                 let level = (1..=version.depth)
                     .find(|&l| !version.levels[l as usize - 1].is_empty())
                     .unwrap_or(version.depth);
-                self.merge_into_level(level, Written::held(delta), &[], false, &mut change)?;
+                self.merge_into_level(level, Written::held(delta), &[], false, None, &mut change)?;
             }
             self.stats.record_job(JobCause::Flush, &change.stats);
             self.apply(change, &[])

@@ -10,6 +10,7 @@
 mod checkpoint;
 mod delta;
 mod explain;
+mod flush_eta;
 mod ingest;
 mod install;
 mod iter;
@@ -71,6 +72,8 @@ pub(crate) struct State {
     pub(crate) push_downs: push_down::PushDowns,
     /// The oldest frozen memtables a running flush writes out.
     pub(crate) flushing_memtables: usize,
+    /// When the running flush started, and how long flushes take.
+    pub(crate) flush_eta: flush_eta::FlushEta,
     /// Jobs started and not ended, parked push-downs included.
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
@@ -155,6 +158,8 @@ pub(crate) struct Inner {
     /// Pacing of writes while level 0 is past its slowdown trigger; taken
     /// with the WAL lock held.
     pub(crate) write_delay: Mutex<write_delay::WriteDelay>,
+    /// The running flush's parts done, for its end's estimate.
+    pub(crate) flush_progress: flush_eta::FlushProgress,
     pub(crate) pool: rayon::ThreadPool,
     /// With `CompactionPriority::LowWithoutWrites`, the compactions that
     /// start once writes stopped run here instead.

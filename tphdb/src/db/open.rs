@@ -98,6 +98,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         running: Default::default(),
         push_downs: Default::default(),
         flushing_memtables: 0,
+        flush_eta: Default::default(),
         running_jobs: 0,
         manual: false,
         bg_error: None,
@@ -146,6 +147,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
             max_garbage_ratio: opts.max_garbage_ratio,
         },
         piece_options: piece_options(&opts),
+        flush_progress: Default::default(),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(
             opts.delayed_write_rate_bytes,
         )),

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Condvar;
 
 use super::stats::Stall;
-use super::{write_delay, Inner, SyncPolicy, WriteOptions};
+use super::write_delay::MemtablePace;
+use super::{flush_eta, write_delay, Inner, SyncPolicy, WriteOptions};
 use crate::batch::WriteBatch;
 use crate::compaction;
 use crate::error::{Error, Result};
@@ -297,12 +298,7 @@ impl Inner {
             }
             if !slowed {
                 slowed = true;
-                let memtable = write_delay::memtable_backlog(
-                    active_bytes,
-                    opts.write_buffer_bytes,
-                    st.imms.len(),
-                    max_imms,
-                );
+                let memtable = self.memtable_pace(&st, active_bytes);
                 let (jobs, near_stop) = if opts.one_level {
                     let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
                     let due =
@@ -337,6 +333,34 @@ impl Inner {
                 return Err(e);
             }
             return Ok(());
+        }
+    }
+
+    /// How the active memtable, `active_bytes` full, paces writes: while
+    /// every frozen slot is taken, it fills no faster than the flush that
+    /// frees one is expected to end, or when that is not known, its last
+    /// quarter is paced in steps.
+    fn memtable_pace(&self, st: &super::State, active_bytes: usize) -> MemtablePace {
+        let opts = &self.opts;
+        let max_imms = opts.max_immutable_memtables.max(1);
+        if st.imms.len() < max_imms {
+            return MemtablePace::Steps(0);
+        }
+        let waiting = st.imms.len() > st.flushing_memtables;
+        let left = st
+            .flush_eta
+            .left(&self.flush_progress, waiting, Instant::now());
+        match left {
+            Some(left) => {
+                let room = opts.write_buffer_bytes.saturating_sub(active_bytes);
+                MemtablePace::Until(flush_eta::fill_rate(room, left))
+            }
+            None => MemtablePace::Steps(write_delay::memtable_backlog(
+                active_bytes,
+                opts.write_buffer_bytes,
+                st.imms.len(),
+                max_imms,
+            )),
         }
     }
 

@@ -22,8 +22,8 @@ const NEAR_STOP: f64 = 0.6;
 const MEASURE: Duration = Duration::from_secs(1);
 
 /// The active memtable's share of `write_buffer_bytes` past which writes
-/// slow while every frozen memtable slot is taken (a flush still runs).
-/// Filling the last quarter at a falling rate gives a slow flush time to
+/// slow while every frozen memtable slot is taken (a flush still runs) and
+/// nothing says when that flush ends (`db/flush_eta.rs`). Filling the last quarter at a falling rate gives a slow flush time to
 /// end before writes must stop for it: at 16M keys of 1 KiB, a flush that
 /// took more than the 0.85 s a memtable took to fill stopped writes for
 /// most of a second, twice in a run (0.09 of the median rate).
@@ -32,8 +32,22 @@ const MEMTABLE_PACED_FROM: f64 = 0.75;
 /// one step from a stop.
 const MEMTABLE_STEPS: usize = 4;
 
+/// How the active memtable's filling paces writes, for
+/// [`WriteDelay::delay`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum MemtablePace {
+    /// The flush it waits for ends in a known time (`db/flush_eta.rs`):
+    /// fill no faster than this many bytes a second, the room left over
+    /// that time, so that it is full no sooner. At or above the rate writes
+    /// run at, it does not slow them.
+    Until(f64),
+    /// When the flush ends is not known: the last quarter's steps
+    /// ([`memtable_backlog`]), 0 for none.
+    Steps(usize),
+}
+
 /// How far the active memtable has run ahead of its flushes, in steps of
-/// backlog for [`WriteDelay::delay`]: 0 while a frozen memtable may still
+/// backlog for [`MemtablePace::Steps`]: 0 while a frozen memtable may still
 /// be added (`frozen < max_frozen`) or the active one holds less than
 /// three quarters of `write_buffer_bytes`, then one more a sixteenth, up
 /// to [`MEMTABLE_STEPS`] in the last sixteenth.
@@ -120,17 +134,23 @@ impl WriteDelay {
     /// the jobs are behind (level 0's count past its slowdown trigger, or
     /// one-level mode's backlog; `None` when they do not slow writes), and
     /// `near_stop` says it is one step from stopping writes; `memtable` is
-    /// the active memtable's steps into its paced last quarter
-    /// ([`memtable_backlog`]).
+    /// how the active memtable paces them.
     pub(crate) fn delay(
         &mut self,
         backlog: Option<usize>,
         near_stop: bool,
-        memtable: usize,
+        memtable: MemtablePace,
         bytes: u64,
         now: Instant,
     ) -> Duration {
-        if backlog.is_none() && memtable == 0 {
+        // A fill rate writes do not reach yet leaves them be; the rate
+        // they run at is measured only then.
+        let running_at = self.recent_rate.unwrap_or(self.max_rate);
+        let (steps, until) = match memtable {
+            MemtablePace::Steps(s) => (s, None),
+            MemtablePace::Until(r) => (0, (r < running_at).then_some(r)),
+        };
+        if backlog.is_none() && steps == 0 && until.is_none() {
             self.slowed = false;
             self.last_backlog = None;
             self.credit = 0.0;
@@ -157,7 +177,15 @@ impl WriteDelay {
         }
         self.rate = self.rate.clamp(MIN_RATE_BYTES_PER_SEC, self.max_rate);
         self.last_backlog = backlog;
-        let rate = (self.rate * memtable_factor(memtable)).max(MIN_RATE_BYTES_PER_SEC);
+        // Paced by the fill rate alone, writes run at it, not a step below
+        // the rate they ran at.
+        let stepped = match backlog.is_some() || steps > 0 {
+            true => self.rate * memtable_factor(steps),
+            false => f64::INFINITY,
+        };
+        let rate = stepped
+            .min(until.unwrap_or(f64::INFINITY))
+            .max(MIN_RATE_BYTES_PER_SEC);
 
         let bytes = bytes as f64;
         if self.credit >= bytes {
@@ -201,6 +229,8 @@ impl WriteDelay {
 mod tests {
     use super::*;
 
+    const NONE: MemtablePace = MemtablePace::Steps(0);
+
     /// Unslowed writes of `bytes` at `start` plus each of `ms`
     /// milliseconds: the recent rate a slowdown starts from.
     fn write_unslowed(
@@ -210,7 +240,7 @@ mod tests {
         bytes: u64,
     ) {
         for ms in ms {
-            d.delay(None, false, 0, bytes, start + Duration::from_millis(ms));
+            d.delay(None, false, NONE, bytes, start + Duration::from_millis(ms));
         }
     }
 
@@ -221,7 +251,7 @@ mod tests {
         let mut now = start;
         let mut written = 0u64;
         while (now - start).as_secs_f64() < seconds {
-            now += d.delay(Some(backlog), false, 0, bytes, now);
+            now += d.delay(Some(backlog), false, NONE, bytes, now);
             written += bytes;
         }
         written as f64 / (now - start).as_secs_f64()
@@ -231,7 +261,7 @@ mod tests {
     fn slowed_writes_run_at_the_rate() {
         let mut d = WriteDelay::new(1 << 20);
         assert_eq!(
-            d.delay(None, false, 0, 1 << 30, Instant::now()),
+            d.delay(None, false, NONE, 1 << 30, Instant::now()),
             Duration::ZERO
         );
         // Nothing measured yet: 0.8 of the option.
@@ -246,13 +276,13 @@ mod tests {
         // 8000 KiB/s unslowed for two seconds.
         write_unslowed(&mut d, start, 0..2000, 8 << 10);
         let now = start + Duration::from_secs(2);
-        d.delay(Some(12), false, 0, 1, now);
+        d.delay(Some(12), false, NONE, 1, now);
         let rate = d.rate_bytes_per_sec() / 1024.0;
         assert!((rate - 8000.0 * 0.8).abs() < 20.0, "{rate}");
         // Never above the option, however fast writes ran.
         let mut d = WriteDelay::new(1 << 20);
         write_unslowed(&mut d, start, 0..2000, 8 << 10);
-        d.delay(Some(12), false, 0, 1, now);
+        d.delay(Some(12), false, NONE, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), (1 << 20) as f64);
     }
 
@@ -260,31 +290,31 @@ mod tests {
     fn the_rate_falls_while_the_backlog_grows_and_recovers_after() {
         let mut d = WriteDelay::new(16 << 20);
         let now = Instant::now();
-        d.delay(Some(12), false, 0, 1, now);
+        d.delay(Some(12), false, NONE, 1, now);
         let first = d.rate_bytes_per_sec();
         assert_eq!(
             first,
             16.0 * 1048576.0 * 0.8,
             "no measured rate: the option's"
         );
-        d.delay(Some(13), false, 0, 1, now);
-        d.delay(Some(14), false, 0, 1, now);
+        d.delay(Some(13), false, NONE, 1, now);
+        d.delay(Some(14), false, NONE, 1, now);
         let slowed = d.rate_bytes_per_sec();
         assert!((slowed - first * 0.64).abs() < 1.0, "{slowed}");
-        d.delay(Some(19), true, 0, 1, now);
+        d.delay(Some(19), true, NONE, 1, now);
         assert!(d.rate_bytes_per_sec() < slowed * 0.5);
         for backlog in (10..19).rev() {
-            d.delay(Some(backlog), false, 0, 1, now);
+            d.delay(Some(backlog), false, NONE, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), (16 << 20) as f64);
         // Never below the floor, however long the backlog grows.
         for backlog in 20..200 {
-            d.delay(Some(backlog), true, 0, 1, now);
+            d.delay(Some(backlog), true, NONE, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), MIN_RATE_BYTES_PER_SEC);
         // Once writes need not slow, the next slowdown starts afresh.
-        assert_eq!(d.delay(None, false, 0, 1 << 30, now), Duration::ZERO);
-        d.delay(Some(12), false, 0, 1, now);
+        assert_eq!(d.delay(None, false, NONE, 1 << 30, now), Duration::ZERO);
+        d.delay(Some(12), false, NONE, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), first);
     }
 
@@ -313,19 +343,19 @@ mod tests {
     fn memtables_filling_under_a_level0_backlog_leave_its_rate_as_it_was() {
         let mut d = WriteDelay::new(16 << 20);
         let now = Instant::now();
-        d.delay(Some(12), false, 0, 1, now);
+        d.delay(Some(12), false, NONE, 1, now);
         let rate = d.rate_bytes_per_sec();
         for _memtable in 0..10 {
             for steps in 0..=MEMTABLE_STEPS {
-                d.delay(Some(12), false, steps, 1, now);
+                d.delay(Some(12), false, MemtablePace::Steps(steps), 1, now);
             }
         }
-        d.delay(Some(12), false, 0, 1, now);
+        d.delay(Some(12), false, NONE, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), rate);
         // Level 0 caught up while the memtable paces: from the start again.
-        d.delay(Some(13), false, 0, 1, now);
+        d.delay(Some(13), false, NONE, 1, now);
         assert!(d.rate_bytes_per_sec() < rate);
-        d.delay(None, false, 2, 1, now);
+        d.delay(None, false, MemtablePace::Steps(2), 1, now);
         assert_eq!(d.rate_bytes_per_sec(), rate);
     }
 
@@ -345,7 +375,7 @@ mod tests {
         let paced_from = now;
         while active < buffer {
             let steps = memtable_backlog(active as usize, buffer as usize, 1, 1);
-            now += d.delay(None, false, steps, write, now);
+            now += d.delay(None, false, MemtablePace::Steps(steps), write, now);
             active += write;
         }
         let paced = (now - paced_from).as_secs_f64();
@@ -354,12 +384,45 @@ mod tests {
         assert!(paced < 4.0 * unpaced, "{paced} s against {unpaced} s");
     }
 
+    /// Filling at the rate that makes the memtable full as its flush ends:
+    /// writes run at it however fast they ran before, and a rate above
+    /// theirs leaves them unslowed (and measured).
+    #[test]
+    fn a_fill_rate_below_the_writes_paces_them_at_it() {
+        let mut d = WriteDelay::new(1 << 30);
+        let start = Instant::now();
+        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
+        let mut now = start + Duration::from_secs(1);
+        let above = MemtablePace::Until(100.0 * 1048576.0);
+        assert_eq!(d.delay(None, false, above, 64 << 10, now), Duration::ZERO);
+        let until = MemtablePace::Until(16.0 * 1048576.0);
+        let from = now;
+        let mut written = 0u64;
+        while now - from < Duration::from_secs(2) {
+            now += d.delay(None, false, until, 64 << 10, now);
+            written += 64 << 10;
+        }
+        let rate = written as f64 / (now - from).as_secs_f64() / 1048576.0;
+        assert!((rate - 16.0).abs() < 0.5, "{rate} MiB/s");
+        // Under a level-0 backlog too, the slower of the two.
+        let slowed = d.delay(Some(12), false, until, 1, now);
+        assert!(d.rate_bytes_per_sec() > 16.0 * 1048576.0, "{slowed:?}");
+        let from = now;
+        let mut written = 0u64;
+        while now - from < Duration::from_secs(2) {
+            now += d.delay(Some(12), false, until, 64 << 10, now);
+            written += 64 << 10;
+        }
+        let rate = written as f64 / (now - from).as_secs_f64() / 1048576.0;
+        assert!((rate - 16.0).abs() < 0.5, "{rate} MiB/s");
+    }
+
     #[test]
     fn a_large_write_waits_its_share_of_the_rate() {
         let mut d = WriteDelay::new(1 << 20);
         let now = Instant::now();
         // 4 MiB at 0.8 MiB/s.
-        let wait = d.delay(Some(12), false, 0, 4 << 20, now);
+        let wait = d.delay(Some(12), false, NONE, 4 << 20, now);
         assert!(
             wait >= Duration::from_millis(4900) && wait <= Duration::from_millis(5100),
             "{wait:?}"

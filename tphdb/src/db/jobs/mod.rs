@@ -182,6 +182,8 @@ impl Inner {
         Some(match work {
             Work::Flush => {
                 st.flushing_memtables = st.imms.len();
+                st.flush_eta.started(Instant::now());
+                self.flush_progress.clear();
                 Job::Flush(st.imms.iter().cloned().collect())
             }
             Work::L0ToL1(heads) => Job::L0ToL1(heads),
@@ -248,6 +250,8 @@ impl Inner {
         }
         if flush {
             st.flushing_memtables = 0;
+            st.flush_eta.ended(Instant::now(), result.is_ok());
+            self.flush_progress.clear();
         }
         if let Some(work) = work {
             let fanout = st.current().layout.fanout;
@@ -352,7 +356,15 @@ impl Inner {
                 if self.opts.one_level {
                     let delta = memtables_delta(&newest);
                     let _held = HeldBytes::new(&self.stats, DeltaEntry::list_memory(&delta, false));
-                    self.merge_into_level(1, Written::held(delta), &[], true, &mut change)?;
+                    let progress = Some(&self.flush_progress);
+                    self.merge_into_level(
+                        1,
+                        Written::held(delta),
+                        &[],
+                        true,
+                        progress,
+                        &mut change,
+                    )?;
                 } else {
                     let entries = memtables_flush_entries(&newest);
                     let list = entries.capacity() * std::mem::size_of::<FlushEntry<'_>>();
