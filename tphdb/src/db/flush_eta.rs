@@ -69,7 +69,7 @@ impl FlushEta {
         if !ok {
             return;
         }
-        let took = now - started;
+        let took = now.saturating_duration_since(started);
         self.typical = Some(match self.typical {
             None => took,
             Some(t) => t.mul_f64(1.0 - LATEST_WEIGHT) + took.mul_f64(LATEST_WEIGHT),
