@@ -35,7 +35,9 @@ impl FlushProgress {
         self.0.fetch_add(1 << 32, Ordering::Relaxed);
     }
 
-    /// Nothing counted: the next flush starts afresh.
+    /// Nothing counted, as a flush is picked: only the running flush's
+    /// count is read, and one from the flush before must not pass for it
+    /// until the new one has split its delta.
     pub(crate) fn clear(&self) {
         self.0.store(0, Ordering::Relaxed);
     }

@@ -298,9 +298,10 @@ impl Inner {
             }
             if !slowed {
                 slowed = true;
-                let memtable = self.memtable_pace(&st, active_bytes);
+                // Frozen memtables the running flush does not hold.
+                let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
+                let memtable = self.memtable_pace(&st, active_bytes, max_imms, waiting > 0);
                 let (jobs, near_stop) = if opts.one_level {
-                    let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
                     let due =
                         compaction::level1_due(st.current(), opts.tph_target_bytes, &st.running);
                     let backlog =
@@ -337,16 +338,21 @@ impl Inner {
     }
 
     /// How the active memtable, `active_bytes` full, paces writes: while
-    /// every frozen slot is taken, it fills no faster than the flush that
-    /// frees one is expected to end, or when that is not known, its last
-    /// quarter is paced in steps.
-    fn memtable_pace(&self, st: &super::State, active_bytes: usize) -> MemtablePace {
+    /// all `max_imms` frozen slots are taken, it fills no faster than the
+    /// flush that frees one is expected to end (`waiting`: some frozen
+    /// memtable waits for the flush after the running one), or when that is
+    /// not known, its last quarter is paced in steps.
+    fn memtable_pace(
+        &self,
+        st: &super::State,
+        active_bytes: usize,
+        max_imms: usize,
+        waiting: bool,
+    ) -> MemtablePace {
         let opts = &self.opts;
-        let max_imms = opts.max_immutable_memtables.max(1);
         if st.imms.len() < max_imms {
             return MemtablePace::Steps(0);
         }
-        let waiting = st.imms.len() > st.flushing_memtables;
         let left = st
             .flush_eta
             .left(&self.flush_progress, waiting, Instant::now());

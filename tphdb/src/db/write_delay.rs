@@ -23,10 +23,11 @@ const MEASURE: Duration = Duration::from_secs(1);
 
 /// The active memtable's share of `write_buffer_bytes` past which writes
 /// slow while every frozen memtable slot is taken (a flush still runs) and
-/// nothing says when that flush ends (`db/flush_eta.rs`). Filling the last quarter at a falling rate gives a slow flush time to
-/// end before writes must stop for it: at 16M keys of 1 KiB, a flush that
-/// took more than the 0.85 s a memtable took to fill stopped writes for
-/// most of a second, twice in a run (0.09 of the median rate).
+/// nothing says when that flush ends (`db/flush_eta.rs`). Filling the last
+/// quarter at a falling rate gives a slow flush time to end before writes
+/// must stop for it: at 16M keys of 1 KiB, a flush that took more than the
+/// 0.85 s a memtable took to fill stopped writes for most of a second,
+/// twice in a run (0.09 of the median rate).
 const MEMTABLE_PACED_FROM: f64 = 0.75;
 /// Steps the last quarter of the active memtable is paced in; the last is
 /// one step from a stop.

@@ -251,7 +251,6 @@ impl Inner {
         if flush {
             st.flushing_memtables = 0;
             st.flush_eta.ended(Instant::now(), result.is_ok());
-            self.flush_progress.clear();
         }
         if let Some(work) = work {
             let fanout = st.current().layout.fanout;
