@@ -149,7 +149,11 @@ pub struct Options {
     pub phf_kind: PhfKind,
     /// Perfect hash table size over key count of the pieces' local
     /// indexes (1.1, as the paper; 1.0 to 16.0, and 1.0 is a minimal
-    /// perfect hash).
+    /// perfect hash). A piece whose entries are of about one size (their
+    /// lengths' standard deviation within a sixteenth of their mean) is
+    /// built minimal whatever this says: its blocks then all hold the same
+    /// number of entries and their offsets take a few bits a block in
+    /// memory instead of about 11 (see `docs/design.md`, the read path).
     pub phf_table_factor: f64,
     /// Keys per perfect-hash segment (4096; 1 to 2^26): segments are built
     /// in parallel (paper §4.1.3), small ones stay in the CPU cache while

@@ -17,6 +17,7 @@ mod format;
 mod hash_section;
 mod inspect;
 mod layout;
+mod offset_lines;
 mod reader;
 mod sorted;
 mod survey;
