@@ -130,9 +130,11 @@ impl SortedIndex {
         let key_offset = |i: usize| u32_at(&first_key_offsets, i);
         let keys_at = d.position();
         let keys_len = d.remaining();
-        let offsets_ok = (0..count)
-            .all(|i| u64_at(&chunk_offsets, i) + 4 <= u64_at(&chunk_offsets, i + 1))
-            && u64_at(&chunk_offsets, 0) == 0
+        let offsets_ok = (0..count).all(|i| {
+            u64_at(&chunk_offsets, i)
+                .checked_add(4)
+                .is_some_and(|end| end <= u64_at(&chunk_offsets, i + 1))
+        }) && u64_at(&chunk_offsets, 0) == 0
             && u64_at(&chunk_offsets, count) == chunks_len;
         let keys_ok = key_offset(0) == 0
             && (0..count).all(|i| key_offset(i) <= key_offset(i + 1))
@@ -422,5 +424,34 @@ impl<R: Deref<Target = PieceReader>> SortedCursor<R> {
             .find(|&i| chunk.key(i) >= target)
             .unwrap_or(chunk.items.len());
         Ok(c * SAMPLE_INTERVAL + within)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `piece_open` fuzz target: a chunk offset near
+    /// `u64::MAX` overflowed the check that chunks hold at least 4 bytes
+    /// (a panic with overflow checks, a check that passed without).
+    #[test]
+    fn a_chunk_offset_near_the_end_of_u64_is_corruption_not_a_panic() {
+        let mut index = Vec::new();
+        index.extend_from_slice(&2u32.to_le_bytes());
+        for off in [0, u64::MAX - 1, 100] {
+            index.extend_from_slice(&off.to_le_bytes());
+        }
+        for key_offset in [0u32; 3] {
+            index.extend_from_slice(&key_offset.to_le_bytes());
+        }
+        let props = PieceProperties {
+            entry_count: SAMPLE_INTERVAL as u64 + 1,
+            ..PieceProperties::default()
+        };
+        let decoded = SortedIndex::decode(&Bytes::from(index), 0, 100, &props);
+        assert!(
+            matches!(decoded, Err(Error::Corruption { .. })),
+            "{decoded:?}"
+        );
     }
 }
