@@ -27,7 +27,9 @@ fuzz_target!(|input: Input| {
     assert_eq!(log.records, records);
     assert!(log.tail.is_none());
 
-    let seq = input.seq >> 1;
+    // A batch's sequence numbers end at most at 2^56 (a decoder refuses
+    // more): the round trip holds for every batch a database can write.
+    let seq = input.seq % ((1 << 56) - input.ops.len() as u64);
     let (s, ops) = decode_batch(&encode_batch(seq, &input.ops)).unwrap();
     assert_eq!((s, ops), (seq, input.ops));
 

@@ -17,6 +17,7 @@ mod iter;
 mod jobs;
 pub(crate) mod open;
 mod options;
+mod pool_threads;
 mod push_down;
 mod read;
 mod repair;
@@ -179,6 +180,8 @@ pub(crate) struct Inner {
     pub(crate) manual_compaction: Mutex<()>,
     /// Flushed memtables, which snapshots and iterators may still hold.
     pub(crate) flushed_memtables: Mutex<Vec<std::sync::Weak<MemTable>>>,
+    /// Last: waits, once the pools above are dropped, for their threads.
+    _end_of_pools: pool_threads::EndOfPools,
 }
 
 impl Inner {
@@ -513,5 +516,12 @@ const _: () = {
 impl Drop for DB {
     fn drop(&mut self) {
         let _ = self.inner.shutdown();
+        // A job that just ended may still hold the database for a moment,
+        // and the last to let go drops the pools: let it be this thread,
+        // which then waits for the pools' threads (`pool_threads`).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while Arc::strong_count(&self.inner) > 1 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
     }
 }

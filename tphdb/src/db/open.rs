@@ -25,6 +25,7 @@ use crate::version::{Layout, RecoveredState, Version, VersionEdit, VersionSet};
 
 use super::jobs::priority::LowPriority;
 use super::jobs::Job;
+use super::pool_threads::PoolThreads;
 use super::replay::replay_wals;
 
 /// Opens the database in `dir`: takes the lock, recovers the version from
@@ -167,6 +168,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         low_priority: pools.low_priority,
         flush_pool: pools.flush,
         io_pool: pools.io,
+        _end_of_pools: super::pool_threads::EndOfPools(pools.running),
         shutting_down: AtomicBool::new(false),
         housekeeper: Mutex::new(None),
         manual_compaction: Mutex::new(()),
@@ -350,14 +352,19 @@ struct ThreadPools {
     low_priority: Option<LowPriority>,
     flush: rayon::ThreadPool,
     io: Option<Arc<rayon::ThreadPool>>,
+    /// The threads of all but `io`, which scans share and may outlive the
+    /// database.
+    running: Arc<PoolThreads>,
 }
 
 impl ThreadPools {
     fn start(opts: &Options) -> Result<ThreadPools> {
+        let running = Arc::new(PoolThreads::default());
         let pool_of = |threads: usize, name: &'static str, priority: ThreadPriority| {
             let mut builder = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
-                .thread_name(move |i| format!("tphdb-{name}-{i}"));
+                .thread_name(move |i| format!("tphdb-{name}-{i}"))
+                .spawn_handler(|thread| running.spawn(thread));
             if priority != ThreadPriority::Caller {
                 builder = builder.start_handler(move |_| lower_this_threads_priority(priority));
             }
@@ -365,14 +372,18 @@ impl ThreadPools {
                 Error::io(format!("starting {name} threads"), std::io::Error::other(e))
             })
         };
-        let pool =
-            |threads: usize, name: &'static str| pool_of(threads, name, ThreadPriority::Caller);
         // Scans read in parallel only where reads block on the device (with
         // mmap, pages are mostly in memory).
         let io = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
             None
         } else {
-            Some(Arc::new(pool(opts.scan_io_threads, "io")?))
+            let threads = opts.scan_io_threads;
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(move |i| format!("tphdb-io-{i}"))
+                .build()
+                .map_err(|e| Error::io("starting io threads", std::io::Error::other(e)))?;
+            Some(Arc::new(pool))
         };
         let threads = opts.background_threads;
         let low_priority = match opts.compaction_priority {
@@ -392,8 +403,9 @@ impl ThreadPools {
                 },
             )?,
             low_priority,
-            flush: pool(1, "flush")?,
+            flush: pool_of(1, "flush", ThreadPriority::Caller)?,
             io,
+            running,
         })
     }
 }
