@@ -502,6 +502,9 @@ impl DB {
     }
 
     /// Waits for background work, syncs the WAL and releases the database.
+    /// Its background threads have ended when it returns, as when the
+    /// database is dropped; only the scan threads of a read mode that
+    /// blocks on the device may end a moment later.
     pub fn close(self) -> Result<()> {
         self.inner.shutdown()
     }
