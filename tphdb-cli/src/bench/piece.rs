@@ -39,9 +39,6 @@ pub struct PieceArgs {
     /// Perfect hashes to compare, comma separated: cphash, ptr_hash.
     #[arg(long, default_value = "cphash,ptr_hash", value_delimiter = ',')]
     phf: Vec<String>,
-    /// Perfect hash table size over key count (`Options::phf_table_factor`).
-    #[arg(long, default_value_t = tphdb::phf::PhfConfig::default().table_factor)]
-    table_factor: f64,
     /// Times the piece is written; the fastest write is reported.
     #[arg(long, default_value_t = 3)]
     write_rounds: usize,
@@ -101,7 +98,6 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
     report.param("keys", entries.len());
     report.param("key_size", a.key_size);
     report.param("value_size", a.value_size);
-    report.param("table_factor", a.table_factor);
     report.param("compression", if a.lz4 { "lz4" } else { "none" });
     let limit = Duration::from_secs_f64(a.direct_seconds);
     let fs = CountingFs::new(PosixFs);
@@ -119,7 +115,7 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
     for (name, max_block_slots) in runs {
         let label = label(name, max_block_slots);
         let path = tmp.path().join(format!("{label}.ph"));
-        let mut opts = PieceOptions {
+        let opts = PieceOptions {
             phf_kind: phf_kind(name)?,
             max_block_slots,
             compression: if a.lz4 {
@@ -129,7 +125,6 @@ pub fn run(a: PieceArgs) -> Result<(), Box<dyn std::error::Error>> {
             },
             ..PieceOptions::default()
         };
-        opts.phf.table_factor = a.table_factor;
         let mut build_ns = f64::INFINITY;
         let mut props = None;
         for round in 0..a.write_rounds.max(1) {

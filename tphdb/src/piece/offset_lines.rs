@@ -10,14 +10,14 @@
 //! keeps whichever of the two is smaller (`block_index`); both are only in
 //! memory, not part of the format.
 
+use crate::util::bits::{bits_for, field, BitPacker, MAX_FIELD_BITS};
+
 /// Offsets per line. At 64 a line's header (17 bytes) costs about 2 bits an
 /// offset; a larger group costs less there but spreads wider around its line
 /// when block sizes vary.
 const GROUP: usize = 64;
 /// Fractional bits of a line's step.
 const STEP_FRACTION: u32 = 8;
-/// Widest distance: one unaligned 8-byte load reads any field.
-const MAX_WIDTH: u32 = 56;
 
 /// A line through one group: offset `j` of the group is `base + (j * step >>
 /// STEP_FRACTION) + distance_j`.
@@ -41,12 +41,12 @@ pub(crate) struct OffsetLines {
 impl OffsetLines {
     /// Codes `values` (non-decreasing; the caller has checked) or returns
     /// `None` where a line cannot: a step past 24 bits, a distance past
-    /// [`MAX_WIDTH`] bits or more bits than a `u32` counts.
+    /// [`MAX_FIELD_BITS`] bits or more bits than a `u32` counts.
     pub(crate) fn new(values: &[u64]) -> Option<OffsetLines> {
         let mut lines = Vec::with_capacity(values.len().div_ceil(GROUP));
         let mut widths = Vec::with_capacity(lines.capacity());
         let mut fields = Vec::with_capacity(GROUP);
-        let mut writer = BitWriter::default();
+        let mut packed = BitPacker::default();
         for group in values.chunks(GROUP) {
             let first = group[0];
             let span = group[group.len() - 1] - first;
@@ -69,27 +69,27 @@ impl OffsetLines {
             );
             let lowest = fields.iter().copied().min().expect("a value");
             let highest = fields.iter().copied().max().expect("a value") - lowest;
-            let width = 64 - (highest as u64).leading_zeros();
-            if width > MAX_WIDTH || writer.len > u32::MAX as u64 {
+            let width = bits_for(highest as u64);
+            if width > MAX_FIELD_BITS || packed.bits() > u32::MAX as u64 {
                 return None;
             }
             lines.push(Line {
                 base: (first as i128 + lowest) as u64,
                 step: step as u32,
-                at: writer.len as u32,
+                at: packed.bits() as u32,
             });
             widths.push(width as u8);
             for &f in &fields {
-                writer.put((f - lowest) as u64, width);
+                packed.push((f - lowest) as u64, width);
             }
         }
-        if writer.len > u32::MAX as u64 {
+        if packed.bits() > u32::MAX as u64 {
             return None;
         }
         Some(OffsetLines {
             lines,
             widths,
-            bits: writer.finish(),
+            bits: packed.finish(),
         })
     }
 
@@ -98,11 +98,12 @@ impl OffsetLines {
     pub(crate) fn get(&self, i: usize) -> u64 {
         let (g, j) = (i / GROUP, i % GROUP);
         let line = self.lines[g];
-        let width = self.widths[g] as u64;
-        let bit = line.at as u64 + j as u64 * width;
-        let at = (bit / 8) as usize;
-        let word = u64::from_le_bytes(self.bits[at..at + 8].try_into().expect("8 bytes"));
-        let distance = (word >> (bit % 8)) & ((1u64 << width) - 1);
+        let width = u32::from(self.widths[g]);
+        let distance = field(
+            &self.bits,
+            u64::from(line.at) + j as u64 * u64::from(width),
+            width,
+        );
         line.base
             .wrapping_add(on_line(j, line.step))
             .wrapping_add(distance)
@@ -120,36 +121,6 @@ impl OffsetLines {
 #[inline(always)]
 fn on_line(j: usize, step: u32) -> u64 {
     (j as u64 * step as u64) >> STEP_FRACTION
-}
-
-#[derive(Default)]
-struct BitWriter {
-    out: Vec<u8>,
-    /// Bits written.
-    len: u64,
-}
-
-impl BitWriter {
-    fn put(&mut self, mut v: u64, mut width: u32) {
-        while width > 0 {
-            let used = (self.len % 8) as u32;
-            if used == 0 {
-                self.out.push(0);
-            }
-            let take = (8 - used).min(width);
-            let last = self.out.len() - 1;
-            self.out[last] |= ((v & ((1 << take) - 1)) as u8) << used;
-            v >>= take;
-            width -= take;
-            self.len += take as u64;
-        }
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.out.extend_from_slice(&[0; 8]);
-        self.out.shrink_to_fit();
-        self.out
-    }
 }
 
 #[cfg(test)]

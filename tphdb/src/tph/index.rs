@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::hash::{key_hash2, signature};
 use crate::phf::fuse::Fuse;
 use crate::phf::Phf;
+use crate::util::bits::field;
 use crate::util::codec::{Decoder, PutExt};
 
 /// Piece field of a slot no live key maps to.
@@ -99,20 +100,14 @@ impl SlotTable {
     }
 }
 
-/// Bits needed to store values `0..=max`.
-pub(crate) fn bits_for(max: u64) -> u32 {
-    64 - max.leading_zeros()
-}
+pub(crate) use crate::util::bits::bits_for;
 
 impl GlobalIndex {
     /// `(signature, piece field)` of slot `slot` of a format-1 table.
     #[inline]
     fn slot_field(&self, slots: &[u8], slot: usize) -> (u64, u32) {
         let width = self.sig_bits + self.piece_bits;
-        let bit = slot * width as usize;
-        let at = bit / 8;
-        let word = u64::from_le_bytes(slots[at..at + 8].try_into().expect("8 bytes"));
-        let v = (word >> (bit % 8)) & ((1u64 << width) - 1);
+        let v = field(slots, slot as u64 * u64::from(width), width);
         (
             v >> self.piece_bits,
             (v & ((1 << self.piece_bits) - 1)) as u32,

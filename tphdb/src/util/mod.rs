@@ -1,5 +1,6 @@
 //! Small helpers shared by the on-disk formats.
 
+pub(crate) mod bits;
 pub(crate) mod codec;
 #[cfg(test)]
 pub(crate) mod heap;

@@ -10,6 +10,7 @@ use super::{
     layout, BuiltFuse, Chunk, Chunking, Fuse, TagSource, ValueOf, MAX_ATTEMPTS, MAX_CHUNK_KEYS,
 };
 use crate::error::{Error, Result};
+use crate::util::bits::BitPacker;
 use crate::util::reduce::mix64;
 
 impl Fuse {
@@ -77,7 +78,7 @@ impl Fuse {
         let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
         let chunking = Chunking::over(&hashes, chunk_count.max(1));
         let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
-        let mut cells = Packed::new(value_bits);
+        let mut cells = BitPacker::default();
         let mut duplicate_hashes = Vec::new();
         let mut keys = 0u64;
         let mut seen = 0u64;
@@ -114,7 +115,7 @@ impl Fuse {
             for b in built {
                 let mut b = b?;
                 b.chunk.offset = chunks.last().map_or(0, |c| c.offset + c.cells());
-                b.cells.iter().for_each(|&v| cells.push(v));
+                b.cells.iter().for_each(|&v| cells.push(v, value_bits));
                 chunks.push(b.chunk);
                 duplicate_hashes.extend(b.duplicates);
                 keys += b.keys;
@@ -137,41 +138,6 @@ impl Fuse {
             },
             duplicate_hashes,
         })
-    }
-}
-
-/// Cells appended bit-packed, as the section stores them.
-struct Packed {
-    bytes: Vec<u8>,
-    bits: u64,
-    width: u32,
-}
-
-impl Packed {
-    fn new(width: u32) -> Packed {
-        Packed {
-            bytes: Vec::new(),
-            bits: 0,
-            width,
-        }
-    }
-
-    fn push(&mut self, v: u64) {
-        let at = (self.bits / 8) as usize;
-        if self.bytes.len() < at + 8 {
-            self.bytes.resize((at + 8).max(self.bytes.len() * 2), 0);
-        }
-        let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
-        let word = word | (v << (self.bits % 8));
-        self.bytes[at..at + 8].copy_from_slice(&word.to_le_bytes());
-        self.bits += self.width as u64;
-    }
-
-    /// The cells and 8 bytes of padding.
-    fn finish(mut self) -> Vec<u8> {
-        self.bytes.resize(self.bits.div_ceil(8) as usize + 8, 0);
-        self.bytes.shrink_to_fit();
-        self.bytes
     }
 }
 

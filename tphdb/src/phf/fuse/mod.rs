@@ -23,6 +23,7 @@ use std::ops::RangeInclusive;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::util::bits::field;
 use crate::util::codec::{Decoder, PutExt};
 use crate::util::reduce::{interval_index, mix64, mul_high};
 
@@ -212,10 +213,7 @@ impl Fuse {
 
     #[inline(always)]
     fn cell(&self, i: u64) -> u64 {
-        let bit = i * self.value_bits as u64;
-        let at = (bit / 8) as usize;
-        let word = u64::from_le_bytes(self.cells[at..at + 8].try_into().expect("8 bytes"));
-        (word >> (bit % 8)) & ((1u64 << self.value_bits) - 1)
+        field(&self.cells, i * self.value_bits as u64, self.value_bits)
     }
 
     /// The section version this fuse encodes as: 2 with chunks by hash
