@@ -360,30 +360,31 @@ struct ThreadPools {
 impl ThreadPools {
     fn start(opts: &Options) -> Result<ThreadPools> {
         let running = Arc::new(PoolThreads::default());
-        let pool_of = |threads: usize, name: &'static str, priority: ThreadPriority| {
-            let mut builder = rayon::ThreadPoolBuilder::new()
+        let named = |threads: usize, name: &'static str| {
+            rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(move |i| format!("tphdb-{name}-{i}"))
-                .spawn_handler(|thread| running.spawn(thread));
-            if priority != ThreadPriority::Caller {
-                builder = builder.start_handler(move |_| lower_this_threads_priority(priority));
-            }
-            builder.build().map_err(|e| {
+        };
+        let started = |name: &str, built: std::result::Result<_, rayon::ThreadPoolBuildError>| {
+            built.map_err(|e| {
                 Error::io(format!("starting {name} threads"), std::io::Error::other(e))
             })
         };
+        let pool_of = |threads: usize, name: &'static str, priority: ThreadPriority| {
+            let mut builder = named(threads, name).spawn_handler(|thread| running.spawn(thread));
+            if priority != ThreadPriority::Caller {
+                builder = builder.start_handler(move |_| lower_this_threads_priority(priority));
+            }
+            started(name, builder.build())
+        };
         // Scans read in parallel only where reads block on the device (with
-        // mmap, pages are mostly in memory).
+        // mmap, pages are mostly in memory). Not joined at close: iterators
+        // share the pool and may outlive the database.
         let io = if opts.read_mode == ReadMode::Mmap || opts.scan_io_threads <= 1 {
             None
         } else {
-            let threads = opts.scan_io_threads;
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(move |i| format!("tphdb-io-{i}"))
-                .build()
-                .map_err(|e| Error::io("starting io threads", std::io::Error::other(e)))?;
-            Some(Arc::new(pool))
+            let io = named(opts.scan_io_threads, "io").build();
+            Some(Arc::new(started("io", io)?))
         };
         let threads = opts.background_threads;
         let low_priority = match opts.compaction_priority {
