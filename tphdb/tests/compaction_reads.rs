@@ -51,3 +51,71 @@ fn a_level0_compaction_in_passes_reads_its_inputs_about_once() {
         assert_eq!(db.get(key(i)).unwrap(), Some(value(i)));
     }
 }
+
+/// A push-down into a level the tree has just grown, whose share of each
+/// child passes the job's input memory, writes each child from the
+/// share's key hashes without holding its keys: the children hold every
+/// live entry and no tombstone, and gets and a scan read what a model
+/// holds, before and after a reopen.
+#[test]
+fn a_push_down_into_a_new_level_writes_each_child_from_its_shares_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        fanout: 2,
+        max_levels: 3,
+        write_buffer_bytes: 64 << 20,
+        tph_target_bytes: 4 << 20,
+        // 2 MiB per job, 1 MiB of it for input: a child's share is more.
+        compaction_memory_bytes: 4 << 20,
+        background_threads: 2,
+        l0_compaction_trigger: 1,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    let value = |i: u32, round: u8| vec![i as u8 ^ round; 2000 + (i % 300) as usize];
+    let mut model = std::collections::BTreeMap::new();
+    let keys = 9000u32;
+    // Overwrites and deletes land in the memtable: level 0 gets the newest
+    // versions, the deletes as tombstones, and pushes them down.
+    let write = |model: &mut std::collections::BTreeMap<_, _>, round: u8, step, deletes| {
+        for i in (0..keys).step_by(step) {
+            db.put(key(i), value(i, round)).unwrap();
+            model.insert(key(i).to_vec(), value(i, round));
+        }
+        for i in (0..keys).step_by(deletes) {
+            db.delete(key(i)).unwrap();
+            model.remove(&key(i).to_vec());
+        }
+        db.flush().unwrap();
+        db.wait_for_compactions().unwrap();
+    };
+    write(&mut model, 0, 1, 13);
+    let st = db.stats();
+    assert!(st.shares_written > 0, "{}", st.level_table());
+    // The tombstones went at the bottom, which nothing lies below.
+    let bottom = st.levels.last().unwrap();
+    assert_eq!(bottom.live_tombstones, 0, "{}", st.level_table());
+    assert_eq!(
+        bottom.live_entries,
+        model.len() as u64,
+        "{}",
+        st.level_table()
+    );
+    // Then merges into the children the shares wrote.
+    write(&mut model, 1, 5, 17);
+    let check = |db: &DB| {
+        for i in 0..keys {
+            let want = model.get(&key(i)[..]).cloned();
+            assert_eq!(db.get(key(i)).unwrap(), want, "key {i}");
+        }
+        let scanned: Vec<(Vec<u8>, Vec<u8>)> = db
+            .iterator(tphdb::IteratorMode::Start)
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+            .collect();
+        assert!(scanned == model.clone().into_iter().collect::<Vec<_>>());
+    };
+    check(&db);
+    drop(db);
+    let db = DB::open(&opts, dir.path()).unwrap();
+    check(&db);
+}

@@ -5,6 +5,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -18,7 +19,11 @@ use crate::error::Result;
 use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, MemTable};
 use crate::piece::{piece_write_memory, EntryShape};
-use crate::tph::{merge, DeltaEntry, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY};
+use crate::tph::{
+    expected_share, merge, write_share, DeltaEntry, RangePasses, Tph, Written,
+    MERGE_BYTES_PER_ENTRY, SHARE_BYTES_PER_ENTRY,
+};
+use crate::util::min_heap::{heapify, sift_down};
 
 /// Memory a merge of `t`'s live entries holds: keys and values, plus what
 /// each entry costs (in the inputs, the merged list and a partition's).
@@ -55,16 +60,14 @@ fn merge_newest<E: EntryShape, I: Iterator<Item = E>>(
     // the top is replaced in place by its source's next entry.
     let mut heads: Vec<Option<E>> = sources.iter_mut().map(Iterator::next).collect();
     let mut heap: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].is_some()).collect();
-    for i in (0..heap.len() / 2).rev() {
-        sift_down(&mut heap, i, &heads);
-    }
+    heapify(&mut heap, |a, b| head_before(&heads, a, b));
     while let Some(&top) = heap.first() {
         let e = heads[top].take().expect("a head per heap entry");
         heads[top] = sources[top].next();
         if heads[top].is_none() {
             heap.swap_remove(0);
         }
-        sift_down(&mut heap, 0, &heads);
+        sift_down(&mut heap, 0, |a, b| head_before(&heads, a, b));
         if out.last().is_none_or(|last| last.key() != e.key()) {
             out.push(e);
         }
@@ -72,30 +75,14 @@ fn merge_newest<E: EntryShape, I: Iterator<Item = E>>(
     out
 }
 
-/// Restores the heap order of `heap` below position `at`.
-fn sift_down<E: EntryShape>(heap: &mut [usize], mut at: usize, heads: &[Option<E>]) {
-    let before = |a: usize, b: usize| {
-        let key = |i: usize| heads[i].as_ref().expect("a head per heap entry").key();
-        match key(a).cmp(key(b)) {
-            Ordering::Less => true,
-            Ordering::Equal => a < b,
-            Ordering::Greater => false,
-        }
-    };
-    loop {
-        let (left, right) = (2 * at + 1, 2 * at + 2);
-        let mut first = at;
-        if left < heap.len() && before(heap[left], heap[first]) {
-            first = left;
-        }
-        if right < heap.len() && before(heap[right], heap[first]) {
-            first = right;
-        }
-        if first == at {
-            return;
-        }
-        heap.swap(at, first);
-        at = first;
+/// Whether source `a`'s head goes before source `b`'s: the smaller key,
+/// equal keys the newer source.
+fn head_before<E: EntryShape>(heads: &[Option<E>], a: usize, b: usize) -> bool {
+    let key = |i: usize| heads[i].as_ref().expect("a head per heap entry").key();
+    match key(a).cmp(key(b)) {
+        Ordering::Less => true,
+        Ordering::Equal => a < b,
+        Ordering::Greater => false,
     }
 }
 
@@ -212,6 +199,14 @@ impl Inner {
             let lo = targets.start + pass * per_pass;
             let hi = (lo + per_pass).min(targets.end);
             let hashes = hashes_of_partitions(lo..hi, partitions);
+            if by_shape && inputs.len() == 1 && hi == lo + 1 {
+                let r = ranges.as_mut().map(|r| &mut r[0]);
+                let share = self.write_share_into(level, lo, &inputs[0], r, change);
+                if let Some(n) = share.inspect_err(|_| discard(change))? {
+                    found[0] += n;
+                    continue;
+                }
+            }
             let lists = inputs
                 .iter()
                 .enumerate()
@@ -244,6 +239,48 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Writes `source`'s share of `(level, partition)` as that place's TPH,
+    /// installed at once, when the place holds none and is the bottom (a
+    /// level the tree has just grown): from the share's key hashes, not
+    /// its keys ([`write_share`]). Returns how many live entries the share
+    /// had, or `None` when a merge is to take it.
+    fn write_share_into(
+        &self,
+        level: u32,
+        partition: u64,
+        source: &Arc<Tph>,
+        passes: Option<&mut RangePasses>,
+        change: &mut Change,
+    ) -> Result<Option<u64>> {
+        let hashes = {
+            let st = self.state.lock();
+            let v = st.current();
+            if level != v.depth || v.tph(level, partition).is_some() {
+                return Ok(None);
+            }
+            hashes_of_partitions(partition..partition + 1, v.partitions(level))
+        };
+        let expected = expected_share(source, &hashes);
+        let _writing = HeldBytes::new(
+            &self.stats,
+            piece_write_memory(expected, &self.piece_options)
+                + expected as u64 * SHARE_BYTES_PER_ENTRY,
+        );
+        let ctx = self.merge_context(level, partition, true, self.new_file_number()?);
+        let (outcome, found) = write_share(&ctx, source, passes)?;
+        let mut one = Change::default();
+        one.add(level, partition, outcome);
+        if one.changes_version() {
+            let stats = std::mem::take(&mut one.stats);
+            self.apply(one, &[])?;
+            one = Change::default();
+            one.stats = stats;
+        }
+        change.absorb(one);
+        self.stats.shares_written.fetch_add(1, Relaxed);
+        Ok(Some(found))
     }
 
     /// Merges `delta` into the TPHs of `level` it touches, in parallel,

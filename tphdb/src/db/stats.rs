@@ -41,6 +41,7 @@ pub(crate) struct Stats {
     pub(crate) tombstones_dropped: AtomicU64,
     pub(crate) push_downs_overlapped: AtomicU64,
     pub(crate) push_down_waits: AtomicU64,
+    pub(crate) shares_written: AtomicU64,
     pub(crate) peak_running_compactions: AtomicU64,
     pub(crate) low_priority_compactions: AtomicU64,
     pub(crate) stall_micros: AtomicU64,
@@ -350,6 +351,11 @@ pub struct DBStats {
     /// Push-downs that, their children written, waited for a merge into
     /// their TPH to end.
     pub push_down_waits: u64,
+    /// Children that a push-down wrote from its share's key hashes,
+    /// without holding the share's keys: empty children at the bottom,
+    /// when the share passed the job's input memory (see
+    /// `docs/design.md`, Levels).
+    pub shares_written: u64,
     /// The most compactions (level-0 merges, push-downs, folds) that held
     /// a background thread at once: at most `background_threads`.
     pub peak_running_compactions: u64,
@@ -531,6 +537,7 @@ impl Inner {
             tombstones_dropped: s.tombstones_dropped.load(Relaxed),
             push_downs_overlapped: s.push_downs_overlapped.load(Relaxed),
             push_down_waits: s.push_down_waits.load(Relaxed),
+            shares_written: s.shares_written.load(Relaxed),
             peak_running_compactions: s.peak_running_compactions.load(Relaxed),
             low_priority_compactions: s.low_priority_compactions.load(Relaxed),
             running_jobs,

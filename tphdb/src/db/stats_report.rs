@@ -101,9 +101,10 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "push-downs merged into meanwhile {}  waited for a merge {}  most compactions at once {}  at low priority {}  running now {}{}",
+            "push-downs merged into meanwhile {}  waited for a merge {}  children written from hashes {}  most compactions at once {}  at low priority {}  running now {}{}",
             self.push_downs_overlapped,
             self.push_down_waits,
+            self.shares_written,
             self.peak_running_compactions,
             self.low_priority_compactions,
             self.running_jobs,

@@ -16,9 +16,11 @@ mod entry;
 mod format;
 mod hash_section;
 mod inspect;
+mod key_sections;
 mod layout;
 mod offset_lines;
 mod reader;
+mod slots;
 mod sorted;
 mod survey;
 mod writer;
@@ -32,7 +34,11 @@ pub use format::{Compression, PieceProperties};
 pub(crate) use reader::{KeyHashCursor, ReadCount};
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;
-pub(crate) use writer::{piece_write_memory, write_piece_in_passes, LoadPass};
+pub(crate) use survey::Survey;
+pub(crate) use writer::{
+    piece_write_memory, write_piece_in_passes, write_planned_piece, KeyOrderSink, KeySections,
+    LoadPass, Plan, Sink,
+};
 pub use writer::{
     write_piece, write_piece_hashed, PieceOptions, DEFAULT_MAX_BLOCK_SLOTS, SAMPLE_INTERVAL,
 };

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, EntryShape, PREFETCH_AHEAD};
+use super::entry::Entry;
 use super::format::PieceProperties;
 use super::reader::PieceReader;
-use super::writer::Sink;
 use super::writer::SAMPLE_INTERVAL;
+use super::writer::{KeySections, Sink};
 use crate::error::{Error, Result};
 use crate::util::checksum_matches;
 use crate::util::codec::{u32_at, u64_at, Decoder, PutExt};
@@ -26,65 +26,81 @@ use crate::util::codec::{u32_at, u64_at, Decoder, PutExt};
 const FLAG_TOMBSTONE: u8 = 1;
 
 /// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
-/// chunk index of `entries` listed in `key_order` (none: as they are, in
-/// key order), where `slot_of[i]` is the slot of entry `i`.
-pub(crate) fn encode_key_index<E: EntryShape>(
-    entries: &[E],
-    key_order: Option<&[u32]>,
+/// chunk index of the entries `keys` lists in key order, where
+/// `slot_of[i]` is the slot of entry `i`. Refuses a listing that is not of
+/// every entry once in ascending order: the index would not match the
+/// piece.
+pub(crate) fn encode_key_index(
+    keys: &mut dyn KeySections,
     slot_of: &[u32],
     chunks_sink: Sink<'_>,
     index: &mut Vec<u8>,
 ) -> Result<()> {
-    let in_order = |j: usize| key_order.map_or(j, |o| o[j] as usize);
-    let count = entries.len().div_ceil(SAMPLE_INTERVAL);
+    let count = slot_of.len().div_ceil(SAMPLE_INTERVAL);
     let mut offsets = Vec::with_capacity(count + 1);
-    let mut first_keys: Vec<&[u8]> = Vec::with_capacity(count);
-    let (mut chunks, mut written) = (Vec::new(), 0u64);
-    for start in (0..entries.len()).step_by(SAMPLE_INTERVAL) {
-        chunks.clear();
-        offsets.push(written);
-        first_keys.push(entries[in_order(start)].key());
-        let mut prev: &[u8] = &[];
-        for j in start..entries.len().min(start + SAMPLE_INTERVAL) {
-            if j + PREFETCH_AHEAD < entries.len() {
-                entries[in_order(j + PREFETCH_AHEAD)].prefetch_shape();
-            }
-            let i = in_order(j);
-            let e = &entries[i];
-            let key = e.key();
-            let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
-            chunks.push(if e.value_len().is_none() {
-                FLAG_TOMBSTONE
-            } else {
-                0
-            });
-            chunks.put_varint(shared as u64);
-            chunks.put_varint((key.len() - shared) as u64);
-            chunks.extend_from_slice(&key[shared..]);
-            chunks.put_u32(slot_of[i]);
-            prev = key;
-        }
-        let crc = crc32c::crc32c(&chunks);
+    // The first key of each chunk, end to end, and where each ends.
+    let (mut first_keys, mut first_key_ends) = (Vec::new(), Vec::with_capacity(count));
+    let (mut chunks, mut written, mut listed) = (Vec::new(), 0u64, 0usize);
+    let mut prev: Vec<u8> = Vec::new();
+    let mut end_chunk = |chunks: &mut Vec<u8>, written: &mut u64| -> Result<()> {
+        let crc = crc32c::crc32c(chunks);
         chunks.put_u32(crc);
-        chunks_sink(&chunks)?;
-        written += chunks.len() as u64;
+        chunks_sink(chunks)?;
+        *written += chunks.len() as u64;
+        chunks.clear();
+        Ok(())
+    };
+    keys.for_each_in_key_order(&mut |key, tombstone, i| {
+        let slot = *slot_of
+            .get(i as usize)
+            .ok_or_else(|| Error::Internal(format!("entry {i} of a piece of {}", slot_of.len())))?;
+        if listed > 0 && key <= &prev[..] {
+            return Err(Error::InvalidArgument(format!(
+                "key {:?} out of order or twice in one piece",
+                String::from_utf8_lossy(key)
+            )));
+        }
+        if listed % SAMPLE_INTERVAL == 0 {
+            if listed > 0 {
+                end_chunk(&mut chunks, &mut written)?;
+            }
+            offsets.push(written);
+            first_keys.extend_from_slice(key);
+            first_key_ends.push(first_keys.len());
+            prev.clear();
+        }
+        let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
+        chunks.push(if tombstone { FLAG_TOMBSTONE } else { 0 });
+        chunks.put_varint(shared as u64);
+        chunks.put_varint((key.len() - shared) as u64);
+        chunks.extend_from_slice(&key[shared..]);
+        chunks.put_u32(slot);
+        prev.clear();
+        prev.extend_from_slice(key);
+        listed += 1;
+        Ok(())
+    })?;
+    if listed != slot_of.len() {
+        return Err(Error::Internal(format!(
+            "{listed} keys listed in order for a piece of {}",
+            slot_of.len()
+        )));
+    }
+    if listed > 0 {
+        end_chunk(&mut chunks, &mut written)?;
     }
     offsets.push(written);
     index.put_u32(count as u32);
     for &o in &offsets {
         index.put_u64(o);
     }
-    let mut at = 0u64;
     index.put_u32(0);
-    for k in &first_keys {
-        at += k.len() as u64;
-        let at = u32::try_from(at)
+    for &end in &first_key_ends {
+        let at = u32::try_from(end)
             .map_err(|_| Error::InvalidArgument("sampled keys of one piece exceed 4 GiB".into()))?;
         index.put_u32(at);
     }
-    for k in &first_keys {
-        index.extend_from_slice(k);
-    }
+    index.extend_from_slice(&first_keys);
     Ok(())
 }
 

@@ -16,9 +16,9 @@ const CHUNK: usize = 1 << 14;
 
 /// What a pass over a piece's entries finds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Survey {
+pub(crate) struct Survey {
     /// Sum of the entries' encoded lengths.
-    pub(super) encoded_bytes: usize,
+    pub(crate) encoded_bytes: usize,
     /// Sum of their squares: with the sum, how much the lengths vary.
     pub(super) encoded_squares: u128,
     pub(super) key_bytes: u64,
@@ -33,7 +33,7 @@ pub(super) struct Survey {
 }
 
 impl Survey {
-    const EMPTY: Survey = Survey {
+    pub(crate) const EMPTY: Survey = Survey {
         encoded_bytes: 0,
         encoded_squares: 0,
         key_bytes: 0,
@@ -43,6 +43,32 @@ impl Survey {
         max_seq: 0,
         in_key_order: true,
     };
+
+    /// Counts `e`, refusing a key or value past the format's limits. The
+    /// order is not looked at: a survey counted this way leaves
+    /// `in_key_order` as it was.
+    pub(crate) fn add<E: EntryShape>(&mut self, e: &E) -> Result<()> {
+        let (key, value) = (e.key(), e.value_len());
+        check_lengths(key.len(), value)?;
+        let len = e.encoded_len();
+        self.encoded_bytes += len;
+        self.encoded_squares += len as u128 * len as u128;
+        self.key_bytes += key.len() as u64;
+        self.value_bytes += value.unwrap_or(0) as u64;
+        self.tombstones += u64::from(value.is_none());
+        self.min_seq = self.min_seq.min(e.seq());
+        self.max_seq = self.max_seq.max(e.seq());
+        Ok(())
+    }
+
+    /// The survey of the entries counted, `n` of them: an empty one's
+    /// sequence numbers are 0.
+    pub(crate) fn finished(mut self, n: usize) -> Survey {
+        if n == 0 {
+            self.min_seq = 0;
+        }
+        self
+    }
 
     fn merge(self, o: Survey) -> Survey {
         Survey {
@@ -85,7 +111,7 @@ pub(super) fn survey<E: EntryShape>(entries: &[E]) -> Result<Surveyed> {
 
 fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Surveyed> {
     let mut hashes2 = vec![0u64; entries.len()];
-    let mut total = entries
+    let total = entries
         .par_chunks(chunk)
         .zip(hashes2.par_chunks_mut(chunk))
         .enumerate()
@@ -95,16 +121,8 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
             let mut prev = (c > 0).then(|| entries[c * chunk - 1].key());
             for (i, e) in run.iter().enumerate() {
                 prefetch_ahead(run, i);
-                let (key, value) = (e.key(), e.value_len());
-                check_lengths(key.len(), value)?;
-                let len = e.encoded_len();
-                s.encoded_bytes += len;
-                s.encoded_squares += len as u128 * len as u128;
-                s.key_bytes += key.len() as u64;
-                s.value_bytes += value.unwrap_or(0) as u64;
-                s.tombstones += u64::from(value.is_none());
-                s.min_seq = s.min_seq.min(e.seq());
-                s.max_seq = s.max_seq.max(e.seq());
+                s.add(e)?;
+                let key = e.key();
                 s.in_key_order &= prev.is_none_or(|p| p < key);
                 prev = Some(key);
                 hashes2[i] = key_hash2(key);
@@ -112,11 +130,8 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
             Ok(s)
         })
         .try_reduce(|| Survey::EMPTY, |a, b| Ok(a.merge(b)))?;
-    if entries.is_empty() {
-        total.min_seq = 0;
-    }
     Ok(Surveyed {
-        survey: total,
+        survey: total.finished(entries.len()),
         hashes2,
     })
 }

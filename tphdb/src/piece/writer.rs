@@ -7,15 +7,16 @@ use rayon::prelude::*;
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
 use super::entry::{EntryRef, EntryShape, EntrySource};
 use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
-use super::hash_section::write_key_hashes;
+use super::key_sections::{key_order, EntryKeys};
+pub(crate) use super::key_sections::{KeyOrderSink, KeySections};
 use super::layout::{block_quantum, BlockWriter};
+use super::slots::SlotLayout;
 use super::sorted::encode_key_index;
 use super::survey::{survey, Survey, Surveyed};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, KEY_HASH_SEED};
 use crate::phf::{Phf, PhfConfig, PhfKind};
-use crate::util::codec::PutExt;
 
 /// Section ids from here on are free for callers (see
 /// [`write_piece_in_passes`]).
@@ -146,21 +147,69 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     passes: usize,
     load: LoadPass<'_, S>,
 ) -> Result<PieceProperties> {
-    check_inputs(entries, hashes, options, extra_sections)?;
+    if hashes.len() != entries.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} hashes for {} entries",
+            hashes.len(),
+            entries.len()
+        )));
+    }
     let Surveyed { survey, hashes2 } = survey(entries)?;
     let key_order = match survey.in_key_order {
         true => None,
         false => Some(key_order(entries)?),
     };
+    let mut keys = EntryKeys {
+        entries,
+        hashes,
+        hashes2,
+        key_order,
+    };
+    let plan = Plan {
+        survey,
+        hashes,
+        keys: &mut keys,
+    };
+    write_planned_piece(fs, path, plan, options, extra_sections, passes, load)
+}
+
+/// What a piece is planned from when its entries are not listed: the
+/// survey of its entries, their key hashes (entry `i` is the `i`th), and
+/// where its key sections come from.
+pub(crate) struct Plan<'a> {
+    pub(crate) survey: Survey,
+    pub(crate) hashes: &'a [u64],
+    pub(crate) keys: &'a mut dyn KeySections,
+}
+
+/// [`write_piece_in_passes`] of the entries `plan` describes: the blocks
+/// from what `load` finds for each run of slots, the key sections from
+/// `plan.keys`.
+pub(crate) fn write_planned_piece<S: EntrySource>(
+    fs: &dyn FileSystem,
+    path: &Path,
+    plan: Plan<'_>,
+    options: &PieceOptions,
+    extra_sections: &[(u32, &[u8])],
+    passes: usize,
+    load: LoadPass<'_, S>,
+) -> Result<PieceProperties> {
+    let Plan {
+        survey,
+        hashes,
+        keys,
+    } = plan;
+    let n = hashes.len();
+    check_inputs(n, options, extra_sections)?;
     let phf_config = PhfConfig {
-        segment_keys: segment_keys(&options.phf, hashes.len()),
-        table_factor: table_factor(&survey, entries.len(), &options.phf),
+        segment_keys: segment_keys(&options.phf, n),
+        table_factor: table_factor(&survey, n, &options.phf),
         ..options.phf.clone()
     };
     let phf = Phf::build(options.phf_kind, hashes, &phf_config)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
-    let avg = survey.encoded_bytes.div_ceil(entries.len().max(1)).max(1);
+    let avg = survey.encoded_bytes.div_ceil(n.max(1)).max(1);
     let k = (options.page_size / avg).clamp(1, options.max_block_slots.clamp(1, u32::MAX as usize));
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
@@ -174,7 +223,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     let (starts, max_block_bytes) = blocks.finish(file.as_mut())?;
     let props = properties(
         &survey,
-        entries.len(),
+        n,
         &phf,
         &slots,
         k,
@@ -198,20 +247,12 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
         &slots.encode_overflow(hashes),
     )?;
     sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
-        write_key_hashes(hashes, &hashes2, sink)
+        keys.write_key_hashes(sink)
     })?;
-    // The key-order index needs neither: gone before its own table is made.
-    drop(hashes2);
-    let slot_of = slots.into_slot_of(entries.len());
+    let slot_of = slots.into_slot_of(n);
     let mut chunk_index = Vec::new();
     sections.add_streamed(file, SectionId::KeyChunks as u32, &mut |sink| {
-        encode_key_index(
-            entries,
-            key_order.as_deref(),
-            &slot_of,
-            sink,
-            &mut chunk_index,
-        )
+        encode_key_index(&mut *keys, &slot_of, sink, &mut chunk_index)
     })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
     for &(id, bytes) in extra_sections {
@@ -242,9 +283,8 @@ fn segment_keys(config: &PhfConfig, keys: usize) -> usize {
 }
 
 /// Refuses inputs a piece cannot hold, before anything is written.
-fn check_inputs<E: EntryShape>(
-    entries: &[E],
-    hashes: &[u64],
+fn check_inputs(
+    entries: usize,
     options: &PieceOptions,
     extra_sections: &[(u32, &[u8])],
 ) -> Result<()> {
@@ -256,90 +296,17 @@ fn check_inputs<E: EntryShape>(
             "extra section ids start at 16".into(),
         ));
     }
-    if hashes.len() != entries.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{} hashes for {} entries",
-            hashes.len(),
-            entries.len()
-        )));
-    }
     if options.page_size == 0 || options.max_segment_bytes == 0 {
         return Err(Error::InvalidArgument(
             "page_size and max_segment_bytes must be positive".into(),
         ));
     }
-    if entries.len() >= NONE as usize {
+    if entries >= NONE as usize {
         return Err(Error::InvalidArgument(format!(
-            "{} entries exceed a piece's limit of 2^32 - 1",
-            entries.len()
+            "{entries} entries exceed a piece's limit of 2^32 - 1"
         )));
     }
     Ok(())
-}
-
-/// Which entry each slot holds. Keys that share a 64-bit hash share a slot,
-/// so all but the first go to overflow slots past the table.
-struct SlotLayout {
-    table_size: usize,
-    /// Entry index per slot (`NONE`: empty), the overflow slots last.
-    by_slot: Vec<u32>,
-    /// Entries in the overflow slots, in slot order.
-    overflow: Vec<u32>,
-}
-
-impl SlotLayout {
-    fn new(phf: &Phf, hashes: &[u64]) -> Result<SlotLayout> {
-        let table_size = phf.table_size();
-        let mut by_slot = vec![NONE; table_size];
-        let mut overflow: Vec<u32> = Vec::new();
-        for (i, &h) in hashes.iter().enumerate() {
-            let s = phf.slot(h);
-            if by_slot[s] == NONE {
-                by_slot[s] = i as u32;
-            } else if hashes[by_slot[s] as usize] == h {
-                overflow.push(i as u32);
-            } else {
-                return Err(Error::PhfBuild(format!(
-                    "hashes {:#x} and {h:#x} share slot {s}",
-                    hashes[by_slot[s] as usize]
-                )));
-            }
-        }
-        by_slot.extend_from_slice(&overflow);
-        Ok(SlotLayout {
-            table_size,
-            by_slot,
-            overflow,
-        })
-    }
-
-    /// The slot of each of `entries` entries.
-    fn into_slot_of(self, entries: usize) -> Vec<u32> {
-        let mut slot_of = vec![0u32; entries];
-        for (s, &i) in self.by_slot.iter().enumerate() {
-            if i != NONE {
-                slot_of[i as usize] = s as u32;
-            }
-        }
-        slot_of
-    }
-
-    /// The overflow section: `(hash, slot)` of every overflow entry, sorted.
-    fn encode_overflow(&self, hashes: &[u64]) -> Vec<u8> {
-        let mut overflow_slots: Vec<(u64, u32)> = self
-            .overflow
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| (hashes[i as usize], (self.table_size + j) as u32))
-            .collect();
-        overflow_slots.sort_unstable();
-        let mut buf = Vec::with_capacity(overflow_slots.len() * 12);
-        for (h, s) in overflow_slots {
-            buf.put_u64(h);
-            buf.put_u32(s);
-        }
-        buf
-    }
 }
 
 /// The properties section's numbers.
@@ -429,23 +396,6 @@ impl Sections {
         file.append(&dir)?;
         file.append(&footer.encode())
     }
-}
-
-/// Entry indices in key order, for entries out of it (flushes and
-/// compactions hand theirs over in order); rejects repeated keys.
-fn key_order<E: EntryShape>(entries: &[E]) -> Result<Vec<u32>> {
-    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
-    order.par_sort_unstable_by(|&a, &b| entries[a as usize].key().cmp(entries[b as usize].key()));
-    if let Some(w) = order
-        .windows(2)
-        .find(|w| entries[w[0] as usize].key() == entries[w[1] as usize].key())
-    {
-        return Err(Error::InvalidArgument(format!(
-            "key {:?} appears twice in one piece",
-            String::from_utf8_lossy(entries[w[0] as usize].key())
-        )));
-    }
-    Ok(order)
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Key-order scans of a TPH: the pieces' own key-order indexes, merged, each
 //! filtered to the entries the global index says are live.
 
-use std::ops::Deref;
+use std::ops::{Deref, RangeInclusive};
 use std::sync::Arc;
 
 use super::{PieceFile, Tph};
 use crate::cursor::{Cursor, MergingCursor, ValueRef};
 use crate::error::Result;
+use crate::hash::key_hash;
 use crate::piece::{PieceReader, SortedCursor};
 
 /// A shared handle to a piece, as the reader a cursor holds.
@@ -19,22 +20,28 @@ impl Deref for PieceRef {
     }
 }
 
-/// One piece's entries in key order, skipping those a newer piece replaced.
+/// One piece's entries in key order, skipping those a newer piece replaced
+/// and, if asked, those whose key hash lies outside a range.
 struct LiveCursor {
     tph: Arc<Tph>,
     piece: usize,
-    /// The TPH's only piece: every entry in it is live, no check needed.
-    only: bool,
+    /// Every entry in the piece is live, no check needed.
+    all_live: bool,
+    hashes: Option<RangeInclusive<u64>>,
     inner: SortedCursor<PieceRef>,
 }
 
 impl LiveCursor {
     fn live(&self) -> bool {
-        self.only
-            || self
-                .inner
-                .key()
-                .is_none_or(|k| self.tph.is_live(k, self.piece))
+        let Some(key) = self.inner.key() else {
+            return true;
+        };
+        if self.all_live && self.hashes.is_none() {
+            return true;
+        }
+        let h = key_hash(key);
+        self.hashes.as_ref().is_none_or(|r| r.contains(&h))
+            && (self.all_live || self.tph.is_live_hashed(key, h, self.piece))
     }
 
     fn skip_forward(&mut self) -> Result<()> {
@@ -112,20 +119,40 @@ pub(crate) struct TphCursor(MergingCursor<'static>);
 impl TphCursor {
     /// `parallel`: seek the pieces in parallel (see `MergingCursor`).
     pub(crate) fn new(tph: &Arc<Tph>, parallel: bool) -> Result<TphCursor> {
-        let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(tph.pieces.len());
-        for (piece, p) in tph.pieces.iter().enumerate() {
-            children.push(Box::new(LiveCursor {
-                tph: tph.clone(),
-                piece,
-                only: tph.pieces.len() == 1,
-                inner: SortedCursor::new(PieceRef(p.clone()))?,
-            }));
-        }
+        let children = TphCursor::pieces(tph, None, |_| tph.pieces.len() == 1)?;
         Ok(TphCursor(if parallel {
             MergingCursor::new_parallel(children)
         } else {
             MergingCursor::new(children)
         }))
+    }
+
+    /// A cursor per piece over its live entries whose key hash lies in
+    /// `hashes`, in key order: a push-down's share of one child. A key is
+    /// live in one piece at most, so no two cursors list the same key.
+    pub(crate) fn pieces_in_hashes(
+        tph: &Arc<Tph>,
+        hashes: RangeInclusive<u64>,
+    ) -> Result<Vec<Box<dyn Cursor>>> {
+        TphCursor::pieces(tph, Some(hashes), |i| tph.piece_all_live(i))
+    }
+
+    fn pieces(
+        tph: &Arc<Tph>,
+        hashes: Option<RangeInclusive<u64>>,
+        all_live: impl Fn(usize) -> bool,
+    ) -> Result<Vec<Box<dyn Cursor>>> {
+        let mut children: Vec<Box<dyn Cursor>> = Vec::with_capacity(tph.pieces.len());
+        for (piece, p) in tph.pieces.iter().enumerate() {
+            children.push(Box::new(LiveCursor {
+                tph: tph.clone(),
+                piece,
+                all_live: all_live(piece),
+                hashes: hashes.clone(),
+                inner: SortedCursor::new(PieceRef(p.clone()))?,
+            }));
+        }
+        Ok(children)
     }
 }
 

@@ -216,11 +216,15 @@ pub(super) fn carry_victims(
 /// at most about `memory_bytes` (and [`PASS_VALUES_BYTES`]) of its entries
 /// held by shape again (one when none is).
 pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
-    let read_again: u64 = written
-        .iter()
-        .filter(|e| e.origin().is_some())
-        .map(|e| e.encoded_len() as u64 + MERGE_BYTES_PER_ENTRY)
-        .sum();
+    let read_again = written.iter().filter(|e| e.origin().is_some());
+    let (count, bytes) = read_again.fold((0, 0), |(n, b), e| (n + 1, b + e.encoded_len() as u64));
+    passes_to_read_again(count, bytes, memory_bytes)
+}
+
+/// The passes a piece is written in when `count` of its entries, of
+/// `bytes` encoded, are read again: see [`passes_for`].
+pub(super) fn passes_to_read_again(count: u64, bytes: u64, memory_bytes: u64) -> usize {
+    let read_again = bytes + count * MERGE_BYTES_PER_ENTRY;
     let run = memory_bytes.clamp(1, PASS_VALUES_BYTES);
     read_again.div_ceil(run).max(1) as usize
 }
@@ -267,23 +271,7 @@ pub(super) fn load_pass<'a>(
                     group[0].0
                 ))
             })?;
-            let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
-            hashes.dedup();
-            let read = piece.for_each_entry_with_hashes(&hashes, |e| {
-                let h = key_hash(e.key);
-                let at = group.partition_point(|w| w.1 < h);
-                if group.get(at).is_none_or(|w| w.1 != h) {
-                    return;
-                }
-                let h2 = key_hash2(e.key);
-                if let Some(w) = group[at..]
-                    .iter()
-                    .take_while(|w| w.1 == h)
-                    .find(|w| w.2 == h2)
-                {
-                    loaded.push((w.3, DeltaEntry::copied(e, h, &mut copies)));
-                }
-            })?;
+            let read = read_again(piece, group, &mut copies, &mut loaded)?;
             // A folded base piece is read for its fold; an input's entries
             // held by shape are read a second time.
             if group[0].0.is_base() {
@@ -296,6 +284,34 @@ pub(super) fn load_pass<'a>(
         check_loaded(base, inputs, written, &wanted, &loaded)?;
     }
     Ok(PassEntries { written, loaded })
+}
+
+/// Reads again from `piece` the entries of `group`, `(_, h, h2, index)`
+/// sorted by `h`, copied into `copies`, onto `loaded` with their index:
+/// only the blocks that hold them. Returns the bytes of blocks read.
+pub(super) fn read_again<T>(
+    piece: &PieceFile,
+    group: &[(T, u64, u64, u32)],
+    copies: &mut Copies,
+    loaded: &mut Vec<(u32, DeltaEntry)>,
+) -> Result<u64> {
+    let mut hashes: Vec<u64> = group.iter().map(|w| w.1).collect();
+    hashes.dedup();
+    piece.for_each_entry_with_hashes(&hashes, |e| {
+        let h = key_hash(e.key);
+        let at = group.partition_point(|w| w.1 < h);
+        if group.get(at).is_none_or(|w| w.1 != h) {
+            return;
+        }
+        let h2 = key_hash2(e.key);
+        if let Some(w) = group[at..]
+            .iter()
+            .take_while(|w| w.1 == h)
+            .find(|w| w.2 == h2)
+        {
+            loaded.push((w.3, DeltaEntry::copied(e, h, copies)));
+        }
+    })
 }
 
 /// Refuses a pass whose folded entries are not all found again as they

@@ -2,6 +2,7 @@
 //! over the merged key set and written beside the new piece's entries.
 
 use std::ops::RangeInclusive;
+use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,9 +14,12 @@ use super::meta::{
 };
 use super::{piece_file_name, PieceFile, Tph};
 use crate::error::{Error, Result};
+use crate::fs::FileSystem;
 use crate::hash::signature;
 use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
-use crate::piece::{write_piece_in_passes, EntryShape, EntrySource, LoadPass};
+use crate::piece::{
+    write_piece_in_passes, EntryShape, EntrySource, LoadPass, PieceOptions, PieceProperties,
+};
 
 /// The merged TPH's metadata: the remaining base pieces, then the new one
 /// when it holds entries (`written`, `shadowed` of them hiding a version
@@ -96,23 +100,32 @@ pub(super) fn write_head<E: EntryShape, S: EntrySource>(
     sections: [(u32, Vec<u8>); 3],
     load: LoadPass<'_, S>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
+    write_head_with(ctx, meta, sections, |fs, path, options, extra| {
+        write_piece_in_passes(fs, path, entries, hashes, options, extra, passes, load)
+    })
+}
+
+/// Writes the new head piece as `write` writes a piece (to the path, with
+/// the options and extra sections it is handed), with the index
+/// `sections`, and opens it; returns it and the index it carries.
+pub(super) fn write_head_with(
+    ctx: &MergeContext<'_>,
+    meta: &TphMeta,
+    sections: [(u32, Vec<u8>); 3],
+    write: impl FnOnce(
+        &dyn FileSystem,
+        &Path,
+        &PieceOptions,
+        &[(u32, &[u8])],
+    ) -> Result<PieceProperties>,
+) -> Result<(Arc<PieceFile>, GlobalIndex)> {
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     // The local perfect hash's segments divide the partition, as the level
     // below divides it.
     let mut piece_options = ctx.piece_options.clone();
     piece_options.phf.hash_range = Some((*ctx.hashes.start(), *ctx.hashes.end()));
-    let write_result = write_piece_in_passes(
-        ctx.fs.as_ref(),
-        &path,
-        entries,
-        hashes,
-        &piece_options,
-        &extra,
-        passes,
-        load,
-    );
-    if let Err(e) = write_result {
+    if let Err(e) = write(ctx.fs.as_ref(), &path, &piece_options, &extra) {
         let _ = ctx.fs.remove(&path);
         return Err(e);
     }

@@ -24,6 +24,7 @@ mod level0;
 mod merge;
 mod meta;
 mod piece_file;
+mod share;
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
@@ -41,6 +42,7 @@ pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
 pub(crate) use level0::{write_level0, Hashed};
 pub(crate) use merge::{merge, MergeContext, MergeOutcome, MergeStats};
+pub(crate) use share::{expected_share, write_share, SHARE_BYTES_PER_ENTRY};
 
 use self::copies::Copies;
 use self::index::GlobalIndex;
@@ -322,9 +324,10 @@ impl Tph {
         self.index.route(key, h).is_some()
     }
 
-    /// Whether the entry for `key` found in piece `piece` is its live version.
-    fn is_live(&self, key: &[u8], piece: usize) -> bool {
-        self.index.route(key, key_hash(key)) == Some(piece)
+    /// Whether the entry for `key` (whose hash is `h`) found in piece
+    /// `piece` is its live version.
+    fn is_live_hashed(&self, key: &[u8], h: u64, piece: usize) -> bool {
+        self.index.route(key, h) == Some(piece)
     }
 
     /// Checks the global index against the pieces: it routes every live
@@ -441,25 +444,42 @@ impl Tph {
     fn live_in<T: EntryShape>(
         &self,
         hashes: RangeInclusive<u64>,
-        mut passes: Option<&mut RangePasses>,
+        passes: Option<&mut RangePasses>,
         stats: &mut MergeStats,
         mut make: impl FnMut(EntryRef<'_>, u64, usize, &mut Copies) -> T,
     ) -> Result<Vec<T>> {
-        if let Some(passes) = passes.as_deref_mut() {
-            passes.start(self, &hashes);
-        }
         // Sized for the range's share of the live keys (hashes are uniform),
         // so that the list is not grown by doubling.
         let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
         let expected = (self.live_count() as f64 * share * 1.02) as usize + 64;
         let mut out = Vec::with_capacity(expected.min(self.live_count() as usize));
         let mut copies = Copies::default();
+        self.for_each_live_in(hashes, passes, stats, |e, h, piece| {
+            out.push(make(e, h, piece, &mut copies));
+        })?;
+        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
+        Ok(out)
+    }
+
+    /// Calls `f` with each live entry whose key hash lies in `hashes`, its
+    /// key hash and its piece, piece by piece (see
+    /// [`Tph::live_entries_in`] for `passes`).
+    pub(crate) fn for_each_live_in(
+        &self,
+        hashes: RangeInclusive<u64>,
+        mut passes: Option<&mut RangePasses>,
+        stats: &mut MergeStats,
+        mut f: impl FnMut(EntryRef<'_>, u64, usize),
+    ) -> Result<()> {
+        if let Some(passes) = passes.as_deref_mut() {
+            passes.start(self, &hashes);
+        }
         for (i, p) in self.pieces.iter().enumerate() {
             let all_live = self.piece_all_live(i);
             let mut keep = |e: EntryRef<'_>| {
                 let h = key_hash(e.key);
                 if hashes.contains(&h) && (all_live || self.index.route(e.key, h) == Some(i)) {
-                    out.push(make(e, h, i, &mut copies));
+                    f(e, h, i);
                 }
             };
             match passes.as_deref_mut() {
@@ -478,8 +498,7 @@ impl Tph {
                 }
             }
         }
-        out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
-        Ok(out)
+        Ok(())
     }
 
     /// The error for a read of live entries that found `found` of them.

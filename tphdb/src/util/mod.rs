@@ -5,6 +5,7 @@ pub(crate) mod codec;
 #[cfg(test)]
 pub(crate) mod heap;
 pub(crate) mod lagged;
+pub(crate) mod min_heap;
 pub(crate) mod reduce;
 
 /// True when a stored checksum matches the computed one. Fuzz builds

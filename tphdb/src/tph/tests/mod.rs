@@ -32,6 +32,8 @@ struct Harness {
     fold_memory_bytes: u64,
     options: PieceOptions,
     reads: PieceReads,
+    /// `MergeContext::hashes`: the partition the TPH's keys come from.
+    hashes: std::ops::RangeInclusive<u64>,
 }
 
 impl Harness {
@@ -72,6 +74,7 @@ impl Harness {
                 allow_ptrhash: false,
                 global_index_held: Arc::default(),
             },
+            hashes: 0..=u64::MAX,
         }
     }
 
@@ -103,7 +106,14 @@ impl Harness {
     }
 
     fn try_merge(&mut self, delta: Vec<Written>, inputs: &[Arc<Tph>]) -> Result<MergeOutcome> {
-        let ctx = MergeContext {
+        let outcome = merge(&self.context(inputs), self.tph.as_deref(), delta);
+        self.next_number += 1;
+        outcome
+    }
+
+    /// What a merge into the harness's TPH is handed.
+    fn context<'a>(&'a self, inputs: &'a [Arc<Tph>]) -> MergeContext<'a> {
+        MergeContext {
             fs: &self.fs,
             dir: &self.dir,
             reads: &self.reads,
@@ -121,14 +131,12 @@ impl Harness {
             fold_memory_bytes: self.fold_memory_bytes,
             new_number: self.next_number,
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
-            hashes: 0..=u64::MAX,
+            hashes: self.hashes.clone(),
             pinned: &self.pinned,
             inputs,
             carried_down: &self.carried_down,
             below: None,
-        };
-        self.next_number += 1;
-        merge(&ctx, self.tph.as_deref(), delta)
+        }
     }
 
     /// The TPH `outcome` leaves.
@@ -571,4 +579,5 @@ proptest! {
 
 mod fold;
 mod passes;
+mod share;
 mod verify;
