@@ -126,6 +126,8 @@ struct Run {
     written_after_no_space: usize,
     /// Push-downs into whose TPH other jobs merged while they ran.
     push_downs_overlapped: u64,
+    /// Children written from their share's key hashes (`tph/share.rs`).
+    shares_written: u64,
     /// Images taken while the database was still open.
     power_loss: Option<FaultFs>,
     process_crash: Option<FaultFs>,
@@ -144,6 +146,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
         must_survive_crash: 0,
         written_after_no_space: 0,
         push_downs_overlapped: 0,
+        shares_written: 0,
         power_loss: None,
         process_crash: None,
     };
@@ -211,6 +214,7 @@ fn run(fs: &FaultFs, ops: &[(Op, bool)], space_back_after: usize, seed: u64) -> 
     }
     r.done.extend(unknown);
     r.push_downs_overlapped = db.stats().push_downs_overlapped;
+    r.shares_written = db.stats().shares_written;
     r.power_loss = Some(fs.crash(seed));
     r.process_crash = Some(fs.snapshot());
     drop(db);
@@ -392,12 +396,13 @@ fn sweep_crashing_at_each_sync() {
         fs.sync_count()
     };
     assert!(syncs > 50, "{syncs} syncs");
-    let mut overlapped = 0;
+    let (mut overlapped, mut shares) = (0, 0);
     for n in 0..syncs {
         let fs = FaultFs::new();
         fs.crash_at_sync(n, n);
         let r = run(&fs, &ops, 0, n);
         overlapped += r.push_downs_overlapped;
+        shares += r.shares_written;
         let Some(image) = fs.crash_image() else {
             // Background timing moved the sync past the end of the run.
             continue;
@@ -412,4 +417,10 @@ fn sweep_crashing_at_each_sync() {
     // The edit that ends a push-down others merged into meanwhile (see
     // `db/push_down.rs`) is among those crashed at.
     assert!(overlapped > 0, "no push-down overlapped a merge");
+    // So are the syncs of children written from their share's key hashes
+    // as a push-down opens a level.
+    assert!(
+        shares > 0,
+        "no push-down wrote a child from its share's hashes"
+    );
 }
