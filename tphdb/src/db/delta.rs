@@ -20,7 +20,7 @@ use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, MemTable};
 use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{
-    expected_share, merge, write_share, DeltaEntry, RangePasses, Tph, Written,
+    expected_share, merge, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written,
     MERGE_BYTES_PER_ENTRY, SHARE_BYTES_PER_ENTRY,
 };
 use crate::util::min_heap::{heapify, sift_down};
@@ -270,6 +270,9 @@ impl Inner {
         );
         let ctx = self.merge_context(level, partition, true, self.new_file_number()?);
         let (outcome, found) = write_share(&ctx, source, passes)?;
+        if matches!(outcome, MergeOutcome::Replaced { .. }) {
+            self.stats.shares_written.fetch_add(1, Relaxed);
+        }
         let mut one = Change::default();
         one.add(level, partition, outcome);
         if one.changes_version() {
@@ -279,7 +282,6 @@ impl Inner {
             one.stats = stats;
         }
         change.absorb(one);
-        self.stats.shares_written.fetch_add(1, Relaxed);
         Ok(Some(found))
     }
 
