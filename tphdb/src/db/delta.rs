@@ -20,8 +20,8 @@ use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, MemTable};
 use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{
-    expected_share, merge, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written,
-    MERGE_BYTES_PER_ENTRY, SHARE_BYTES_PER_ENTRY,
+    merge, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY,
+    SHARE_BYTES_PER_ENTRY,
 };
 use crate::util::min_heap::{heapify, sift_down};
 
@@ -254,35 +254,42 @@ impl Inner {
         passes: Option<&mut RangePasses>,
         change: &mut Change,
     ) -> Result<Option<u64>> {
-        let hashes = {
+        {
             let st = self.state.lock();
             let v = st.current();
             if level != v.depth || v.tph(level, partition).is_some() {
                 return Ok(None);
             }
-            hashes_of_partitions(partition..partition + 1, v.partitions(level))
-        };
-        let expected = expected_share(source, &hashes);
+        }
+        let ctx = self.merge_context(level, partition, true, self.new_file_number()?);
+        let expected = source.expected_live_in(&ctx.hashes);
         let _writing = HeldBytes::new(
             &self.stats,
             piece_write_memory(expected, &self.piece_options)
                 + expected as u64 * SHARE_BYTES_PER_ENTRY,
         );
-        let ctx = self.merge_context(level, partition, true, self.new_file_number()?);
         let (outcome, found) = write_share(&ctx, source, passes)?;
         if matches!(outcome, MergeOutcome::Replaced { .. }) {
             self.stats.shares_written.fetch_add(1, Relaxed);
         }
         let mut one = Change::default();
         one.add(level, partition, outcome);
-        if one.changes_version() {
-            let stats = std::mem::take(&mut one.stats);
-            self.apply(one, &[])?;
-            one = Change::default();
-            one.stats = stats;
-        }
-        change.absorb(one);
+        change.absorb(self.install_now(one)?);
         Ok(Some(found))
+    }
+
+    /// Installs `one` (a merge's new TPH, or its removal) as an edit of its
+    /// own, if it changes the version; returns what is left of it: its
+    /// statistics, for the job's result.
+    fn install_now(&self, mut one: Change) -> Result<Change> {
+        if !one.changes_version() {
+            return Ok(one);
+        }
+        let stats = std::mem::take(&mut one.stats);
+        self.apply(one, &[])?;
+        let mut left = Change::default();
+        left.stats = stats;
+        Ok(left)
     }
 
     /// Merges `delta` into the TPHs of `level` it touches, in parallel,
@@ -337,11 +344,8 @@ impl Inner {
                 ctx.below = Some(&below);
                 let mut one = Change::default();
                 one.add(level, p, merge(&ctx, base.as_deref(), d)?);
-                if install_each && one.changes_version() {
-                    let stats = std::mem::take(&mut one.stats);
-                    self.apply(one, &[])?;
-                    one = Change::default();
-                    one.stats = stats;
+                if install_each {
+                    one = self.install_now(one)?;
                 }
                 if let Some(p) = progress {
                     p.part_done();

@@ -40,14 +40,28 @@ pub(super) fn write_key_hashes(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) 
                 .map(|(&h, &h2)| (h, h2)),
         );
         pairs.par_sort_unstable();
-        for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
-            buf.clear();
-            for &(h, h2) in pairs {
-                buf.put_u64(h);
-                buf.put_u64(h2);
-            }
-            sink(&buf)?;
+        write_pairs(&pairs, &mut buf, sink)?;
+    }
+    Ok(())
+}
+
+/// The key-hash section of `pairs`, `(key_hash, key_hash2)` of every
+/// entry already sorted (a push-down's share, `tph::share`), handed to
+/// `sink` a buffer at a time.
+pub(crate) fn write_sorted_pairs(pairs: &[(u64, u64)], sink: Sink<'_>) -> Result<()> {
+    write_pairs(pairs, &mut Vec::with_capacity(SINK_BUFFER_BYTES), sink)
+}
+
+/// Hands `sink` the sorted `pairs`, encoded in `buf` a buffer at a time.
+fn write_pairs(pairs: &[(u64, u64)], buf: &mut Vec<u8>, sink: Sink<'_>) -> Result<()> {
+    debug_assert!(pairs.windows(2).all(|w| w[0] <= w[1]));
+    for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
+        buf.clear();
+        for &(h, h2) in pairs {
+            buf.put_u64(h);
+            buf.put_u64(h2);
         }
+        sink(buf)?;
     }
     Ok(())
 }

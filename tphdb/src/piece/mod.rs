@@ -31,6 +31,7 @@ pub(crate) use entry::{check_limits, AsEntry};
 pub(crate) use entry::{prefetch_ahead, EntryShape, EntrySource};
 pub use entry::{Entry, EntryRef, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 pub use format::{Compression, PieceProperties};
+pub(crate) use hash_section::write_sorted_pairs;
 pub(crate) use reader::{KeyHashCursor, ReadCount};
 pub use reader::{PieceIter, PieceReader};
 pub use sorted::SortedCursor;

@@ -42,7 +42,7 @@ pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
 pub(crate) use level0::{write_level0, Hashed};
 pub(crate) use merge::{merge, MergeContext, MergeOutcome, MergeStats};
-pub(crate) use share::{expected_share, write_share, SHARE_BYTES_PER_ENTRY};
+pub(crate) use share::{write_share, SHARE_BYTES_PER_ENTRY};
 
 use self::copies::Copies;
 use self::index::GlobalIndex;
@@ -448,17 +448,23 @@ impl Tph {
         stats: &mut MergeStats,
         mut make: impl FnMut(EntryRef<'_>, u64, usize, &mut Copies) -> T,
     ) -> Result<Vec<T>> {
-        // Sized for the range's share of the live keys (hashes are uniform),
-        // so that the list is not grown by doubling.
-        let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
-        let expected = (self.live_count() as f64 * share * 1.02) as usize + 64;
-        let mut out = Vec::with_capacity(expected.min(self.live_count() as usize));
+        // Sized for the range's share of the live keys, so that the list is
+        // not grown by doubling.
+        let mut out = Vec::with_capacity(self.expected_live_in(&hashes));
         let mut copies = Copies::default();
         self.for_each_live_in(hashes, passes, stats, |e, h, piece| {
             out.push(make(e, h, piece, &mut copies));
         })?;
         out.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         Ok(out)
+    }
+
+    /// About how many live entries lie in `hashes` (hashes are uniform),
+    /// a little over: what a list of them is sized for.
+    pub(crate) fn expected_live_in(&self, hashes: &RangeInclusive<u64>) -> usize {
+        let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
+        let expected = (self.live_count() as f64 * share * 1.02) as usize + 64;
+        expected.min(self.live_count() as usize)
     }
 
     /// Calls `f` with each live entry whose key hash lies in `hashes`, its

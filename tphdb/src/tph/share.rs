@@ -27,7 +27,8 @@ use super::{RangePasses, Tph};
 use crate::error::{Error, Result};
 use crate::hash::{key_hash, key_hash2};
 use crate::piece::{
-    write_planned_piece, EntryRef, EntrySource, KeyOrderSink, KeySections, Plan, Survey,
+    write_planned_piece, write_sorted_pairs, EntryRef, EntrySource, KeyOrderSink, KeySections,
+    Plan, Sink, Survey,
 };
 use crate::util::min_heap::{heapify, sift_down};
 
@@ -56,7 +57,7 @@ pub(crate) fn write_share(
     let hashes = ctx.hashes.clone();
     let mut stats = MergeStats::default();
     let mut survey = Survey::EMPTY;
-    let mut pairs: Vec<(u64, u64)> = Vec::with_capacity(expected_share(source, &hashes));
+    let mut pairs: Vec<(u64, u64)> = Vec::with_capacity(source.expected_live_in(&hashes));
     let (mut found, mut tombstones, mut refused) = (0u64, 0u64, None);
     source.for_each_live_in(hashes.clone(), passes, &mut stats, |e, h, _| {
         found += 1;
@@ -140,14 +141,6 @@ pub(crate) fn write_share(
     Ok((outcome, found))
 }
 
-/// About how many live entries of `source` lie in `hashes` (hashes are
-/// uniform), so that the pairs are not grown by doubling.
-pub(crate) fn expected_share(source: &Tph, hashes: &RangeInclusive<u64>) -> usize {
-    let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
-    let expected = (source.live_count() as f64 * share * 1.02) as usize + 64;
-    expected.min(source.live_count() as usize)
-}
-
 /// The entries of one run of the new piece's slots (indices into
 /// `pairs`), read again from the pieces the source's index routes them
 /// to, only the blocks that hold them; each is counted into `survey`.
@@ -212,17 +205,8 @@ struct ShareKeys<'a> {
 }
 
 impl KeySections for ShareKeys<'_> {
-    fn write_key_hashes(&mut self, sink: crate::piece::Sink<'_>) -> Result<()> {
-        let mut buf = Vec::with_capacity(SINK_PAIRS * 16);
-        for pairs in self.pairs.chunks(SINK_PAIRS) {
-            buf.clear();
-            for &(h, h2) in pairs {
-                buf.extend_from_slice(&h.to_le_bytes());
-                buf.extend_from_slice(&h2.to_le_bytes());
-            }
-            sink(&buf)?;
-        }
-        Ok(())
+    fn write_key_hashes(&mut self, sink: Sink<'_>) -> Result<()> {
+        write_sorted_pairs(self.pairs, sink)
     }
 
     /// Tombstones, which the piece does not hold, are passed over. Each
@@ -287,9 +271,6 @@ impl ShareKeys<'_> {
 /// made its compactions 30% slower: each release costs every core a TLB
 /// flush.
 const RELEASE_EVERY_KEYS: usize = 64;
-
-/// Pairs handed to the key-hash section's sink at a time.
-const SINK_PAIRS: usize = 4096;
 
 /// The new TPH's keys for its global index: all in its one piece.
 struct Pairs<'a> {
