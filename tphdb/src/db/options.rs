@@ -136,10 +136,12 @@ pub struct Options {
     /// mode (8 MiB). 0 turns the cache off: each iterator then loads the
     /// indexes it needs and drops them with it.
     pub block_cache_bytes: usize,
-    /// Piece files kept open at once with the `Pread` and `Direct` read
-    /// modes, which hold a descriptor per piece (1000, LevelDB's default;
-    /// at least 1); past it the least recently read are closed and reopen
-    /// on their next read. Mapped pieces hold no descriptor.
+    /// Piece files kept open at once (1000, LevelDB's default; at least
+    /// 1); past it the least recently read are closed and reopen on their
+    /// next read. With the `Pread` and `Direct` read modes every read goes
+    /// through the descriptor; mapped pieces (`Mmap`) use theirs for the
+    /// sections opening reads and the key hashes and key-order chunks
+    /// compactions and scans read, which would otherwise stay mapped.
     pub max_open_files: usize,
     /// Block compression of new pieces (`None`, as the paper measures).
     pub compression: Compression,

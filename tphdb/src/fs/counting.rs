@@ -171,6 +171,12 @@ impl RandomAccessFile for CountingFile {
         self.inner.read_at(offset, len)
     }
 
+    fn read_copy(&self, offset: u64, len: usize) -> Result<Bytes> {
+        self.counts.reads.fetch_add(1, Relaxed);
+        self.counts.bytes_read.fetch_add(len as u64, Relaxed);
+        self.inner.read_copy(offset, len)
+    }
+
     fn done_with(&self, offset: u64, len: usize) {
         self.inner.done_with(offset, len)
     }

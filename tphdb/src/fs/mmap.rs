@@ -126,6 +126,13 @@ impl RandomAccessFile for MmapFile {
         Ok(self.bytes.slice(offset as usize..offset as usize + len))
     }
 
+    /// A copy out of the mapping: its pages stay mapped until
+    /// [`RandomAccessFile::done_with`]. A database reads its pieces'
+    /// copies through a descriptor instead (`OpenFiles::open_mapped`).
+    fn read_copy(&self, offset: u64, len: usize) -> Result<Bytes> {
+        Ok(Bytes::copy_from_slice(&self.read_at(offset, len)?))
+    }
+
     fn done_with(&self, offset: u64, len: usize) {
         let page = page_size();
         let start = (offset as usize).next_multiple_of(page);

@@ -41,7 +41,10 @@ pub(crate) use posix::WRITE_BUFFER_BYTES;
 #[non_exhaustive]
 pub enum ReadMode {
     /// Map the file; a read is a page-cache hit or a page fault. Pogreb
-    /// measured mmap about twice as fast as read calls for lookups.
+    /// measured mmap about twice as fast as read calls for lookups. A
+    /// database's pieces read what they keep apart or read once (sections,
+    /// key hashes, key-order chunks) through a descriptor
+    /// ([`RandomAccessFile::read_copy`]).
     #[default]
     Mmap,
     /// `pread` through the page cache.
@@ -143,6 +146,16 @@ pub trait RandomAccessFile: Send + Sync + Debug {
     /// Reads exactly `len` bytes at `offset`. Reading past the end is an
     /// error. The result may share memory with the file's mapping.
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes>;
+    /// Reads like [`RandomAccessFile::read_at`], into memory that shares
+    /// nothing with a mapping of the file: for what is kept apart from the
+    /// file or read once (sections, key hashes, key-order chunks). A
+    /// database's mapped pieces read these through a
+    /// descriptor, so that they never become pages of the process: the page
+    /// cache holds them, as it holds a `pread`'s. Files that copy anyway
+    /// just read.
+    fn read_copy(&self, offset: u64, len: usize) -> Result<Bytes> {
+        self.read_at(offset, len)
+    }
     /// A hint that `len` bytes at `offset` were read once, front to back,
     /// and are not needed again soon: a mapped file lets go of their pages
     /// (they stay in the page cache, and a later read faults them back in),

@@ -209,12 +209,15 @@ impl KeySections for ShareKeys<'_> {
         write_sorted_pairs(self.pairs, sink)
     }
 
-    /// Tombstones, which the piece does not hold, are passed over. Each
-    /// source piece's mapped pages are let go of as the scan goes: it
-    /// reads every key of the source, `fanout` times its share's. The pieces'
-    /// cursors are merged through a heap: a merging cursor's step compares
-    /// every piece's key (up to 64 pieces), which took a third of the
-    /// compaction threads' time at the end of a 16M x 128-byte fill.
+    /// Tombstones, which the piece does not hold, are passed over. The
+    /// scan reads every key of the source, `fanout` times its share's,
+    /// through the pieces' descriptors (`read_copy`): through their
+    /// mappings, it held 2 to 6 MB of each source's pages even when it let
+    /// go of each piece's every 64 keys, and each letting go cost every
+    /// core a TLB flush. The pieces' cursors are merged through a heap: a
+    /// merging cursor's step compares every piece's key (up to 64 pieces),
+    /// which took a third of the compaction threads' time at the end of a
+    /// 16M x 128-byte fill.
     fn for_each_in_key_order(&mut self, f: KeyOrderSink<'_>) -> Result<()> {
         let mut pieces = TphCursor::pieces_in_hashes(self.source, self.hashes.clone())?;
         for c in &mut pieces {
@@ -222,12 +225,7 @@ impl KeySections for ShareKeys<'_> {
         }
         let mut heap: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].valid()).collect();
         heapify(&mut heap, |a, b| pieces[a].key() < pieces[b].key());
-        let mut listed = vec![0usize; pieces.len()];
         while let Some(&top) = heap.first() {
-            listed[top] += 1;
-            if listed[top] % RELEASE_EVERY_KEYS == 0 {
-                self.source.pieces[top].release_mapped_pages();
-            }
             let c = &mut pieces[top];
             if !c.is_tombstone() {
                 let key = c.key();
@@ -248,29 +246,9 @@ impl KeySections for ShareKeys<'_> {
             }
             sift_down(&mut heap, 0, |a, b| pieces[a].key() < pieces[b].key());
         }
-        self.release_mapped_pages();
         Ok(())
     }
 }
-
-impl ShareKeys<'_> {
-    fn release_mapped_pages(&self) {
-        for p in &self.source.pieces {
-            p.release_mapped_pages();
-        }
-    }
-}
-
-/// The share's keys one piece lists between two lets-go of its mapped
-/// pages: about 500 of its keys at the default fanout of 8, 10 KB of its
-/// key-order section at 20 bytes a key, and what the kernel maps around
-/// it. Scanning a level-1 TPH of 19 pieces (a 16M x 128-byte fill's) held
-/// 2 to 6 MB of its pages at 512 keys (measured), two scans at once up to
-/// 12 MB; kept mapped through each child's scan, the sections raised the
-/// fill's peak by 32 MB. Letting go of every piece at once every 256 keys
-/// made its compactions 30% slower: each release costs every core a TLB
-/// flush.
-const RELEASE_EVERY_KEYS: usize = 64;
 
 /// The new TPH's keys for its global index: all in its one piece.
 struct Pairs<'a> {

@@ -72,7 +72,7 @@ impl PieceIter<'_> {
             last += 1;
         }
         let (start, len) = r.blocks.range(first, last);
-        let bytes = r.file.read_at(start, len).map_err(|e| e.at(&r.name))?;
+        let bytes = r.read_blocks(start, len)?;
         self.window = Some((start, len));
         for b in (first..last).rev() {
             let (off, len) = r.blocks.block(b);
@@ -243,7 +243,7 @@ impl PieceReader {
             }
             let (start, len) = self.blocks.range(first, last + 1);
             let window = (wanted * 4 >= len)
-                .then(|| self.read_range(start, len))
+                .then(|| self.read_blocks(start, len))
                 .transpose()?;
             read += if window.is_some() { len } else { wanted } as u64;
             let mut decoded: Option<(u64, Block)> = None;
@@ -256,7 +256,7 @@ impl PieceReader {
                             let from = (off - start) as usize;
                             w.slice(from..from + blen)
                         }
-                        None => self.read_range(off, blen)?,
+                        None => self.read_blocks(off, blen)?,
                     };
                     decoded = Some((b, self.decode_block(b, bytes)?));
                 }
