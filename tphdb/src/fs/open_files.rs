@@ -1,7 +1,9 @@
 //! A bound on the files a database keeps open (LevelDB's table cache,
 //! `max_open_files`).
 //!
-//! Each piece read with `pread` or `O_DIRECT` holds a file descriptor.
+//! Each piece holds a file descriptor: for every read with `pread` or
+//! `O_DIRECT`, and beside its mapping for what a mapped piece reads into
+//! memory of its own ([`OpenFiles::open_mapped`]).
 //! [`OpenFiles::open`] hands out files that open on first read and may be
 //! closed again when more than the bound are open: the CLOCK algorithm picks
 //! a file not read since the hand last passed it. A closed file reopens on
@@ -58,9 +60,9 @@ impl OpenFiles {
     }
 
     /// `path` mapped, with a descriptor from this table for
-    /// [`RandomAccessFile::read_copy`]: the key hashes and key-order chunks
-    /// a compaction or a scan reads come through `pread`, and none of them
-    /// becomes the process's.
+    /// [`RandomAccessFile::read_copy`]: the sections opening reads and the
+    /// key hashes and key-order chunks a compaction or a scan reads come
+    /// through `pread`, and none of them becomes the process's.
     pub(crate) fn open_mapped(
         self: &Arc<Self>,
         fs: &Arc<dyn FileSystem>,
