@@ -548,3 +548,4 @@ fn new_node(
 
 #[cfg(test)]
 mod tests;
+mod walk;

@@ -330,3 +330,46 @@ fn a_seek_is_not_misled_by_a_node_linked_right_before_its_target() {
     done.store(true, Relaxed);
     assert_eq!(reader.join().unwrap(), 0, "seeks of \"z\" that missed it");
 }
+
+#[test]
+fn runs_walked_side_by_side_list_the_newest_version_of_each_key_in_order() {
+    // The iterator's answer: the first entry of each key along level 0.
+    fn newest_one_by_one(list: &SkipList) -> Vec<(Vec<u8>, u64)> {
+        let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
+        let mut e = list.first();
+        while let Some(x) = e {
+            if out.last().is_none_or(|(k, _)| k != x.key()) {
+                out.push((x.key().to_vec(), x.seq()));
+            }
+            e = x.next();
+        }
+        out
+    }
+    let listed = |list: &SkipList| -> Vec<(Vec<u8>, u64)> {
+        let got: Vec<_> = list
+            .newest_in_order()
+            .iter()
+            .map(|e| (e.key().to_vec(), e.seq()))
+            .collect();
+        assert_eq!(got, newest_one_by_one(list));
+        got
+    };
+    assert!(listed(&SkipList::new(false)).is_empty());
+    // From one entry (no level above 0) to lists of thousands of runs,
+    // with keys of many versions, whose versions straddle runs.
+    let mut rng = fastrand::Rng::with_seed(11);
+    let sizes: &[usize] = if cfg!(miri) {
+        &[1, 2, 40]
+    } else {
+        &[1, 2, 40, 1000, 50_000]
+    };
+    for &n in sizes {
+        let list = SkipList::new(false);
+        for seq in 1..=n as u64 {
+            let key = rng.u32(..(n as u32 / 3).max(1)).to_be_bytes();
+            list.insert(&key, seq, (seq % 7 != 0).then_some(&b"v"[..]));
+        }
+        let got = listed(&list);
+        assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{n} entries");
+    }
+}
