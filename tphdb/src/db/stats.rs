@@ -124,26 +124,13 @@ impl Stats {
     }
 }
 
-/// Bytes a job holds, counted in [`Stats::job_memory`] for as long as
-/// this lives.
-pub(crate) struct HeldBytes<'a> {
-    gauge: &'a AtomicU64,
-    bytes: u64,
-}
+pub(crate) use crate::util::held::HeldBytes;
 
 impl<'a> HeldBytes<'a> {
+    /// Bytes a job holds, counted in [`Stats::job_memory`] for as long as
+    /// the guard lives.
     pub(crate) fn new(stats: &'a Stats, bytes: u64) -> Self {
-        stats.job_memory.fetch_add(bytes, Relaxed);
-        HeldBytes {
-            gauge: &stats.job_memory,
-            bytes,
-        }
-    }
-}
-
-impl Drop for HeldBytes<'_> {
-    fn drop(&mut self) {
-        self.gauge.fetch_sub(self.bytes, Relaxed);
+        HeldBytes::on(&stats.job_memory, bytes)
     }
 }
 
@@ -311,8 +298,11 @@ pub struct DBStats {
     /// entries, the keys and values they copied out of pieces (a flush's
     /// keys and values are its memtable's, in `memtable_bytes`), and what
     /// writing each new piece takes beside them (hashes, slot tables, the
-    /// write buffer). Not included: folds' entries and indexes being
-    /// built, bounded by `compaction_memory_bytes` with the rest.
+    /// write buffer), the global index each builds (a batch of its fuse's
+    /// chunks, 32 bytes a key, and the cells built) and the index
+    /// sections it carries while it writes the TPH's head piece. Not
+    /// included: folds' entries, bounded by `compaction_memory_bytes` with
+    /// the rest.
     pub job_memory_bytes: u64,
     /// Bytes of flushed memtables that snapshots and iterators still hold
     /// in memory: each pins the memtables of its moment until it is

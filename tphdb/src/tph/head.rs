@@ -120,6 +120,9 @@ pub(super) fn write_head_with(
     ) -> Result<PieceProperties>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
     let path = ctx.dir.join(piece_file_name(ctx.new_number));
+    // Held until the index they encode is decoded and counted with the
+    // TPH's (a merge's whole piece is written meanwhile).
+    let _sections = ctx.hold(sections.iter().map(|(_, b)| b.len() as u64).sum());
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
     // The local perfect hash's segments divide the partition, as the level
     // below divides it.
@@ -186,6 +189,13 @@ pub(super) fn build_index_sections(
     stats: &mut MergeStats,
 ) -> Result<[(u32, Vec<u8>); 3]> {
     let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);
+    let batch_keys = (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1);
+    // A batch's chunks, and the cells of the chunks built, about 1.1 a
+    // key of the field's bits.
+    let _building = ctx.hold(
+        live.count().min(batch_keys as u64) * BUILD_BYTES_PER_KEY as u64
+            + live.count() * u64::from(sig_bits + piece_bits) * 11 / 80,
+    );
     let built = Fuse::build_streamed(
         live.count(),
         sig_bits + piece_bits,
@@ -195,7 +205,7 @@ pub(super) fn build_index_sections(
             live.for_each_field_in(hashes, stats, &mut |h, field| f(h, field - 1))
         },
         &|h, piece| signature(h, sig_bits) << piece_bits | u64::from(piece),
-        (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1),
+        batch_keys,
     )?;
     live.check_counts()?;
     // A hash shared by several live keys: every one of them is an exception,

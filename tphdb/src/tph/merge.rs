@@ -8,6 +8,7 @@
 
 use std::ops::RangeInclusive;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::base::{held_hashes, supersede, LiveKeys};
@@ -20,6 +21,7 @@ use crate::compaction::{pick_gc_victims, pick_victims, PieceLife};
 use crate::error::Result;
 use crate::fs::FileSystem;
 use crate::piece::{EntryShape, PieceOptions};
+use crate::util::held::HeldBytes;
 use crate::version::Version;
 
 /// Where and how a merge writes.
@@ -67,6 +69,10 @@ pub(crate) struct MergeContext<'a> {
     /// Memory the global index build may hold: past it the fuse is built
     /// in several passes over the keys.
     pub(crate) index_memory_bytes: usize,
+    /// Where the merge counts what it holds beyond its caller's lists:
+    /// the index build and the sections it carries to the head
+    /// (the database's job memory; `None` in tests of the merge alone).
+    pub(crate) job_memory: Option<&'a AtomicU64>,
     /// The hashes the TPH's keys come from (its partition's; all at level
     /// 0): the global index's chunks divide them evenly.
     pub(crate) hashes: RangeInclusive<u64>,
@@ -86,6 +92,13 @@ pub(crate) struct MergeContext<'a> {
     /// Asked for when the merge needs them, so that a long job does not
     /// keep TPHs other jobs replaced meanwhile (and their indexes) alive.
     pub(crate) below: Option<&'a (dyn Fn() -> Arc<Version> + Sync)>,
+}
+
+impl MergeContext<'_> {
+    /// Counts `bytes` in the job's memory while the guard lives.
+    pub(crate) fn hold(&self, bytes: u64) -> Option<HeldBytes<'_>> {
+        self.job_memory.map(|gauge| HeldBytes::on(gauge, bytes))
+    }
 }
 
 /// What a merge did, for statistics. The bytes of the piece it wrote are

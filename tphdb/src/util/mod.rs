@@ -4,6 +4,7 @@ pub(crate) mod bits;
 pub(crate) mod codec;
 #[cfg(test)]
 pub(crate) mod heap;
+pub(crate) mod held;
 pub(crate) mod lagged;
 pub(crate) mod min_heap;
 pub(crate) mod reduce;

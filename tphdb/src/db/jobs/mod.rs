@@ -496,6 +496,7 @@ impl Inner {
             fold_memory_bytes: merge_memory,
             new_number: number,
             index_memory_bytes: merge_memory as usize,
+            job_memory: Some(&self.stats.job_memory),
             hashes: match level {
                 0 => 0..=u64::MAX,
                 _ => {

@@ -34,6 +34,7 @@ fn context<'a>(
         new_number: 7,
         // A few chunks at a time, in several passes over the entries.
         index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
+        job_memory: None,
         hashes: 0..=u64::MAX,
         pinned: &[],
         inputs: &[],
@@ -75,7 +76,8 @@ fn both_ways(mem: &MemTable) -> (Tph, Vec<u8>, Vec<u8>) {
     let reads = PieceReads::from(ReadMode::Pread);
     let (straight, merged) = (PathBuf::from("/straight"), PathBuf::from("/merged"));
 
-    let entries: Vec<FlushEntry<'_>> = mem.flush_entries().collect();
+    // As a flush lists them.
+    let entries = mem.flush_list();
     let (tph, stats) = write_level0(&context(&fs, &straight, &reads, &options), &entries).unwrap();
     assert_eq!(stats.entries_written, entries.len() as u64);
 
@@ -139,4 +141,69 @@ fn a_level0_tph_of_colliding_hashes_is_the_merge_of_its_entries() {
         );
         check_holds(&tph, &mem);
     });
+}
+
+#[test]
+fn an_index_build_and_the_sections_it_carries_count_as_job_memory() {
+    use crate::tph::head::{build_index_sections, new_meta, write_head_with, LiveKeySource};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// Distinct keys by hash, noting the job memory whenever the build
+    /// asks for them.
+    struct Noting<'a> {
+        hashes: Vec<u64>,
+        gauge: &'a AtomicU64,
+        least_seen: u64,
+    }
+    impl LiveKeySource for Noting<'_> {
+        fn count(&self) -> u64 {
+            self.hashes.len() as u64
+        }
+        fn for_each_in(
+            &mut self,
+            hashes: std::ops::RangeInclusive<u64>,
+            _: &mut MergeStats,
+            f: &mut dyn FnMut(u64, u64, u32),
+        ) -> Result<()> {
+            self.least_seen = self.least_seen.min(self.gauge.load(Relaxed));
+            for &h in self.hashes.iter().filter(|h| hashes.contains(h)) {
+                f(h, !h, 1);
+            }
+            Ok(())
+        }
+        fn check_counts(&mut self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
+    let dir = PathBuf::from("/db");
+    let reads = PieceReads::from(ReadMode::Pread);
+    let options = PieceOptions::default();
+    let gauge = AtomicU64::new(0);
+    let mut ctx = context(&fs, &dir, &reads, &options);
+    ctx.job_memory = Some(&gauge);
+    let n = 1000u64;
+    let mut keys = Noting {
+        hashes: (1..=n).map(|i| crate::util::reduce::mix64(i, 7)).collect(),
+        gauge: &gauge,
+        least_seen: u64::MAX,
+    };
+    let meta = new_meta(&ctx, None, &[], &[], n as usize, 0).unwrap();
+    let sections =
+        build_index_sections(&ctx, &meta, &mut keys, &mut MergeStats::default()).unwrap();
+    // A batch of 128 keys' chunks (the context's index memory) at least.
+    let batch = 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY as u64;
+    assert!(keys.least_seen >= batch, "{} held", keys.least_seen);
+    assert_eq!(gauge.load(Relaxed), 0, "let go once built");
+
+    let section_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
+    let mut while_written = 0;
+    let written = write_head_with(&ctx, &meta, sections, |_, _, _, _| {
+        while_written = gauge.load(Relaxed);
+        Err(Error::Internal("not written".into()))
+    });
+    assert!(written.is_err());
+    assert_eq!(while_written, section_bytes);
+    assert_eq!(gauge.load(Relaxed), 0);
 }

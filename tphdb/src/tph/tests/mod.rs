@@ -131,6 +131,7 @@ impl Harness {
             fold_memory_bytes: self.fold_memory_bytes,
             new_number: self.next_number,
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
+            job_memory: None,
             hashes: self.hashes.clone(),
             pinned: &self.pinned,
             inputs,
