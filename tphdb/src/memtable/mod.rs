@@ -222,11 +222,23 @@ impl MemTable {
     /// [`MemTable::flush_entries`], listed: several runs of the list
     /// walked at once, which waits for memory less than the iterator.
     pub(crate) fn flush_list(&self) -> Vec<FlushEntry<'_>> {
-        let newest = self.list.newest_in_order();
-        newest
-            .into_iter()
-            .map(|entry| FlushEntry { entry })
-            .collect()
+        let mut list = Vec::with_capacity(self.len());
+        self.list
+            .for_each_newest(|entry| list.push(FlushEntry { entry }));
+        list
+    }
+
+    /// [`MemTable::newest_versions`], each handed to `f`, the list walked
+    /// as [`MemTable::flush_list`] walks it.
+    pub(crate) fn for_each_newest_version<'a>(&'a self, mut f: impl FnMut(NewestVersion<'a>)) {
+        self.list.for_each_newest(|x| {
+            f(NewestVersion {
+                key: x.key(),
+                seq: x.seq(),
+                value: x.value(),
+                key_and_value: x.key_and_value(),
+            })
+        });
     }
 
     fn newest(&self) -> impl Iterator<Item = Entry<'_>> {

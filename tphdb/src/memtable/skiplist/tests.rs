@@ -346,11 +346,8 @@ fn runs_walked_side_by_side_list_the_newest_version_of_each_key_in_order() {
         out
     }
     let listed = |list: &SkipList| -> Vec<(Vec<u8>, u64)> {
-        let got: Vec<_> = list
-            .newest_in_order()
-            .iter()
-            .map(|e| (e.key().to_vec(), e.seq()))
-            .collect();
+        let mut got = Vec::new();
+        list.for_each_newest(|e| got.push((e.key().to_vec(), e.seq())));
         assert_eq!(got, newest_one_by_one(list));
         got
     };

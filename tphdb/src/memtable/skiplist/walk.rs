@@ -21,10 +21,10 @@ const RUN_LEVEL: usize = 2;
 const RUNS_AT_ONCE: usize = 16;
 
 impl SkipList {
-    /// The first (newest) version of every key, in key order. Meant for a
-    /// frozen list; on a list still written to it lists at least the
-    /// entries linked before the call.
-    pub(crate) fn newest_in_order(&self) -> Vec<Entry<'_>> {
+    /// Calls `f` with the first (newest) version of every key, in key
+    /// order. Meant for a frozen list; on a list still written to it
+    /// passes at least the entries linked before the call.
+    pub(crate) fn for_each_newest<'a>(&'a self, mut f: impl FnMut(Entry<'a>)) {
         // Run `i` starts at `bounds[i]` and ends before `bounds[i + 1]`
         // (null: the list's end).
         let mut bounds = vec![self.first_at(0)];
@@ -38,7 +38,7 @@ impl SkipList {
             }
         }
         bounds.push(std::ptr::null_mut());
-        let mut out: Vec<Entry<'_>> = Vec::with_capacity(self.len());
+        let mut last: Option<Entry<'_>> = None;
         let mut runs: Vec<Vec<Entry<'_>>> = (0..RUNS_AT_ONCE).map(|_| Vec::new()).collect();
         let mut at = [std::ptr::null_mut(); RUNS_AT_ONCE];
         for first in (0..bounds.len() - 1).step_by(RUNS_AT_ONCE) {
@@ -67,17 +67,16 @@ impl SkipList {
                 }
             }
             for run in &mut runs[..count] {
-                let mut run = run.drain(..);
-                // A key's versions may straddle two runs.
-                if let Some(e) = run.next() {
-                    if out.last().is_none_or(|last| last.key() != e.key()) {
-                        out.push(e);
+                for (k, e) in run.drain(..).enumerate() {
+                    // A key's versions may straddle two runs.
+                    if k == 0 && last.is_some_and(|last| last.key() == e.key()) {
+                        continue;
                     }
+                    f(e);
+                    last = Some(e);
                 }
-                out.extend(run);
             }
         }
-        out
     }
 
     /// The first node linked at `level` (null if none).
