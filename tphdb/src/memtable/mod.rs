@@ -32,6 +32,17 @@ pub(crate) struct NewestVersion<'a> {
     pub(crate) key_and_value: &'a [u8],
 }
 
+impl<'a> NewestVersion<'a> {
+    fn of(x: Entry<'a>) -> Self {
+        NewestVersion {
+            key: x.key(),
+            seq: x.seq(),
+            value: x.value(),
+            key_and_value: x.key_and_value(),
+        }
+    }
+}
+
 /// An entry a flush writes: the newest version of a key, where it lies in
 /// the memtable. 8 bytes beside the arena, against the 40 of a merge's
 /// entry ([`crate::tph::DeltaEntry`]), which also keeps lengths, sequence
@@ -205,12 +216,7 @@ impl MemTable {
 
     /// The newest version of every key, in key order.
     pub(crate) fn newest_versions(&self) -> impl Iterator<Item = NewestVersion<'_>> {
-        self.newest().map(|x| NewestVersion {
-            key: x.key(),
-            seq: x.seq(),
-            value: x.value(),
-            key_and_value: x.key_and_value(),
-        })
+        self.newest().map(NewestVersion::of)
     }
 
     /// The newest version of every key, in key order, as a flush writes
@@ -231,14 +237,7 @@ impl MemTable {
     /// [`MemTable::newest_versions`], each handed to `f`, the list walked
     /// as [`MemTable::flush_list`] walks it.
     pub(crate) fn for_each_newest_version<'a>(&'a self, mut f: impl FnMut(NewestVersion<'a>)) {
-        self.list.for_each_newest(|x| {
-            f(NewestVersion {
-                key: x.key(),
-                seq: x.seq(),
-                value: x.value(),
-                key_and_value: x.key_and_value(),
-            })
-        });
+        self.list.for_each_newest(|x| f(NewestVersion::of(x)));
     }
 
     fn newest(&self) -> impl Iterator<Item = Entry<'_>> {
