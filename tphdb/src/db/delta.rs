@@ -21,7 +21,7 @@ use crate::memtable::{FlushEntry, FrozenArena, MemTable, NewestVersion};
 use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{
     merge, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written, MERGE_BYTES_PER_ENTRY,
-    SHARE_BYTES_PER_ENTRY,
+    PASS_VALUES_BYTES, SHARE_BYTES_PER_ENTRY,
 };
 use crate::util::min_heap::{heapify, sift_down};
 
@@ -172,12 +172,36 @@ fn partitions_per_pass(input_bytes: u64, budget: u64, targets: &Range<u64>) -> u
     fit.clamp(1, u128::from(width)) as u64
 }
 
+/// Entries a run of values read again must hold for a pass to hold its
+/// entries by shape when it fits the budget: a run reads the blocks of
+/// the inputs its entries lie in, and a run of few entries (a level-0
+/// merge's at 1 KiB values: 4,000) found them sparse there, reading each
+/// block of its inputs 7 times over and slowing a 16M x 1 KiB fill by
+/// 25%. At 128-byte values a run holds 27,000 and the reads cost no
+/// time measured.
+const MIN_RUN_ENTRIES: u64 = 16 << 10;
+
 /// Whether passes of `per_pass` of `targets` hold their entries by shape:
 /// when a pass's share of the input passes `budget`, which happens only
-/// at one partition a pass.
-fn holds_shapes(input_bytes: u64, budget: u64, per_pass: u64, targets: &Range<u64>) -> bool {
-    let width = (targets.end - targets.start).max(1);
-    u128::from(input_bytes) * u128::from(per_pass) > u128::from(budget) * u128::from(width)
+/// at one partition a pass, or when its share of the inputs' keys and
+/// values (`data_bytes` over `entries`) passes twice `values_run`, the
+/// values a pass of the new piece's writing reads again at a time (held,
+/// they would take at least twice what a pass by shape holds of them),
+/// and such a run holds [`MIN_RUN_ENTRIES`].
+fn holds_shapes(
+    (input_bytes, data_bytes, entries): (u64, u64, u64),
+    (budget, values_run): (u64, u64),
+    per_pass: u64,
+    targets: &Range<u64>,
+) -> bool {
+    let width = u128::from((targets.end - targets.start).max(1));
+    let past = |bytes: u64, bound: u64| {
+        u128::from(bytes) * u128::from(per_pass) > u128::from(bound) * width
+    };
+    let run_entries = u128::from(values_run) * u128::from(entries) / u128::from(data_bytes.max(1));
+    past(input_bytes, budget)
+        || (past(data_bytes, values_run.saturating_mul(2))
+            && run_entries >= u128::from(MIN_RUN_ENTRIES))
 }
 
 impl Inner {
@@ -189,10 +213,13 @@ impl Inner {
     /// (an entry outside `targets` is never kept, and the count check
     /// reports it). A pass takes at least one partition; when one
     /// partition's share passes the budget (a push-down of a TPH over
-    /// `fanout` times it), a pass holds its entries by shape and the new
-    /// piece reads their values again as it is written, a merge's fold
-    /// memory at a time. Each new TPH is installed once written; `change`
-    /// keeps the statistics, and the caller retires the inputs.
+    /// `fanout` times it), or its keys and values pass two runs of values
+    /// read again and are many and small (a level-0 merge's pass at
+    /// 128-byte values; see [`holds_shapes`]), a pass holds its entries by
+    /// shape and the new piece reads their values again as it is written,
+    /// a merge's fold memory and at most `PASS_VALUES_BYTES` at a time.
+    /// Each new TPH is installed once written; `change` keeps the
+    /// statistics, and the caller retires the inputs.
     pub(super) fn merge_tphs_into_level(
         &self,
         inputs: &[Arc<Tph>],
@@ -203,7 +230,15 @@ impl Inner {
         let input_bytes: u64 = inputs.iter().map(|t| merge_memory(t)).sum();
         let budget = self.job_input_bytes();
         let per_pass = partitions_per_pass(input_bytes, budget, &targets);
-        let by_shape = holds_shapes(input_bytes, budget, per_pass, &targets);
+        let data_bytes: u64 = inputs.iter().map(|t| t.live_data_bytes()).sum();
+        let entries: u64 = inputs.iter().map(|t| t.live_count()).sum();
+        let values_run = self.merge_memory_now().clamp(1, PASS_VALUES_BYTES);
+        let by_shape = holds_shapes(
+            (input_bytes, data_bytes, entries),
+            (budget, values_run),
+            per_pass,
+            &targets,
+        );
         let partitions = self.state.lock().current().partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);
@@ -512,6 +547,25 @@ mod tests {
             let per = partitions_per_pass(input, 10, &(0..8));
             assert!(per == 1 || input * per <= 10 * 8, "{input}: {per}");
         }
+    }
+
+    #[test]
+    fn a_pass_holds_shapes_past_its_budget_or_of_many_small_entries_past_two_runs() {
+        let eight = 0..8;
+        // Past the budget at one partition a pass, whatever the entries.
+        assert!(holds_shapes((90, 80, 1), (10, 100), 1, &eight));
+        assert!(!holds_shapes((80, 70, 1), (10, 100), 1, &eight));
+        // Within the budget: a pass of 128-byte entries past two runs of
+        // values, and not one of 1 KiB entries (too few a run).
+        let small = (200 << 20, 160 << 20, 1 << 20);
+        assert!(holds_shapes(small, (32 << 20, 4 << 20), 1, &eight));
+        assert!(!holds_shapes(small, (32 << 20, 16 << 20), 1, &eight));
+        let large = (1200 << 20, 1100 << 20, 1 << 20);
+        assert!(!holds_shapes(large, (160 << 20, 4 << 20), 1, &eight));
+        // Two partitions a pass hold twice the share.
+        let near = (100 << 20, 60 << 20, 400 << 10);
+        assert!(!holds_shapes(near, (32 << 20, 4 << 20), 1, &eight));
+        assert!(holds_shapes(near, (32 << 20, 4 << 20), 2, &eight));
     }
 
     #[test]

@@ -237,7 +237,7 @@ pub(super) fn passes_to_read_again(count: u64, bytes: u64, memory_bytes: u64) ->
 /// from 235 to 219 MB at no CPU cost measured; at 1 KiB values, whose
 /// passes are four times as many, the fill ran 4.5% slower
 /// (docs/benchmarks.md, "Peak RSS").
-pub(super) const PASS_VALUES_BYTES: u64 = 4 << 20;
+pub(crate) const PASS_VALUES_BYTES: u64 = 4 << 20;
 
 /// The entries of one pass's run of slots (indices into `written`; empty
 /// slots are past its end): the held ones where they are, the folded ones
