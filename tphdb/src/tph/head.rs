@@ -193,7 +193,7 @@ pub(super) fn build_index_sections(
     // A batch's chunks, and the cells of the chunks built, about 1.1 a
     // key of the field's bits.
     let _building = ctx.hold(
-        live.count().min(batch_keys as u64) * BUILD_BYTES_PER_KEY as u64
+        crate::phf::fuse::keys_held(live.count(), batch_keys) * BUILD_BYTES_PER_KEY as u64
             + live.count() * u64::from(sig_bits + piece_bits) * 11 / 80,
     );
     let built = Fuse::build_streamed(

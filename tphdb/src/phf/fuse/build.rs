@@ -66,16 +66,14 @@ impl Fuse {
                 "fuse values of {value_bits} bits (1 to 56)"
             )));
         }
-        let batch_keys = (batch_keys as u64).max(1);
-        let chunk_keys = MAX_CHUNK_KEYS.min(batch_keys);
-        let chunk_count = if n == 0 { 0 } else { n.div_ceil(chunk_keys) };
+        let Batches {
+            chunk_count,
+            per_chunk,
+            per_batch,
+        } = Batches::of(n, batch_keys);
         if chunk_count > u32::MAX as u64 {
             return Err(Error::InvalidArgument(format!("a fuse over {n} keys")));
         }
-        // Chunks get n / chunk_count keys on average; leave room for the
-        // ones that get more.
-        let per_chunk = n / chunk_count.max(1) + 1;
-        let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
         let chunking = Chunking::over(&hashes, chunk_count.max(1));
         let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
         let mut cells = BitPacker::default();
@@ -85,7 +83,7 @@ impl Fuse {
         let mut first = 0u64;
         while first < chunk_count {
             let end = (first + per_batch).min(chunk_count);
-            let capacity = (per_chunk + per_chunk / 16) as usize;
+            let capacity = Batches::chunk_capacity(per_chunk) as usize;
             let mut batch: Vec<Keys> = (first..end)
                 .map(|_| Keys {
                     hashes: Vec::with_capacity(capacity),
@@ -139,6 +137,47 @@ impl Fuse {
             duplicate_hashes,
         })
     }
+}
+
+/// How a build of `n` keys within batches of about `batch_keys` is cut.
+struct Batches {
+    chunk_count: u64,
+    /// Keys a chunk gets on average, rounded up.
+    per_chunk: u64,
+    /// Chunks a batch builds at once.
+    per_batch: u64,
+}
+
+impl Batches {
+    fn of(n: u64, batch_keys: usize) -> Batches {
+        let batch_keys = (batch_keys as u64).max(1);
+        let chunk_keys = MAX_CHUNK_KEYS.min(batch_keys);
+        let chunk_count = if n == 0 { 0 } else { n.div_ceil(chunk_keys) };
+        let per_chunk = n / chunk_count.max(1) + 1;
+        // Leave room for the chunks that get more than the average.
+        let per_batch = (batch_keys / (per_chunk + per_chunk / 8)).max(1);
+        Batches {
+            chunk_count,
+            per_chunk,
+            per_batch,
+        }
+    }
+
+    /// The keys a chunk's lists are allocated for.
+    fn chunk_capacity(per_chunk: u64) -> u64 {
+        per_chunk + per_chunk / 16
+    }
+}
+
+/// Keys a build of `n` within batches of about `batch_keys` holds at once
+/// (the lists of a batch's chunks, as allocated): what its memory is
+/// counted by, [`BUILD_BYTES_PER_KEY`] each. At most `n` and about
+/// `batch_keys`, and a whole chunk of up to `MAX_CHUNK_KEYS` even when
+/// the batch is larger but short of two chunks.
+pub(crate) fn keys_held(n: u64, batch_keys: usize) -> u64 {
+    let b = Batches::of(n, batch_keys);
+    let chunks = b.per_batch.min(b.chunk_count);
+    chunks * Batches::chunk_capacity(b.per_chunk)
 }
 
 /// The keys of a chunk: hashes and their tags.

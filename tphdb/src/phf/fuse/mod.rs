@@ -339,6 +339,7 @@ impl Fuse {
 }
 
 mod build;
+pub(crate) use build::keys_held;
 
 #[cfg(test)]
 mod tests;

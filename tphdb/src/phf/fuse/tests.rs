@@ -266,3 +266,27 @@ fn a_version_1_section_decodes() {
         assert_eq!(back.get(h), v);
     }
 }
+
+/// Regression: a build's memory was counted as `BUILD_BYTES_PER_KEY` for
+/// every key of its batch budget (524,288 keys at the defaults, 16.8 MB)
+/// while a batch holds only the whole chunks that fit it: one of 2^18
+/// keys at most there, about half the count.
+#[test]
+fn a_build_counts_the_chunks_its_batch_holds() {
+    use super::keys_held;
+    // Two million keys in 8 chunks of 250,001: one a batch of 524,288.
+    let held = keys_held(2_000_000, 1 << 19);
+    assert_eq!(held, 250_001 + 250_001 / 16);
+    // Chunks capped by a small batch: one chunk of about the batch.
+    let held = keys_held(1000, 128);
+    assert!((128..=2 * 133).contains(&held), "{held}");
+    // All keys in one chunk, and nothing for none.
+    assert!((100..=110).contains(&keys_held(100, 1 << 20)));
+    assert_eq!(keys_held(0, 1 << 20), 0);
+    // Batches of several chunks where they fit.
+    let held = keys_held(1 << 20, 4 << 20);
+    assert!(
+        (1 << 20..=(1 << 20) * 17 / 16 + 64).contains(&held),
+        "{held}"
+    );
+}
