@@ -169,11 +169,10 @@ impl Batches {
     }
 }
 
-/// Keys a build of `n` within batches of about `batch_keys` holds at once
-/// (the lists of a batch's chunks, as allocated): what its memory is
-/// counted by, [`BUILD_BYTES_PER_KEY`] each. At most `n` and about
-/// `batch_keys`, and a whole chunk of up to `MAX_CHUNK_KEYS` even when
-/// the batch is larger but short of two chunks.
+/// Keys a build of `n` within batches of about `batch_keys` holds at
+/// once: the lists of a batch's whole chunks as allocated (a little over
+/// their keys), which its memory is counted by, [`BUILD_BYTES_PER_KEY`]
+/// each. A batch larger than one chunk but short of two holds one.
 pub(crate) fn keys_held(n: u64, batch_keys: usize) -> u64 {
     let b = Batches::of(n, batch_keys);
     let chunks = b.per_batch.min(b.chunk_count);
