@@ -22,7 +22,7 @@ import collections
 import re
 import sys
 
-# Frames of these crates are skipped when naming a site.
+# A site is named by its innermost frames in these crates.
 OUR_CRATES = ("tphdb",)
 FLUSH_FRAME = "flush_list"
 

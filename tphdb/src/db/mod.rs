@@ -17,6 +17,7 @@ mod iter;
 mod jobs;
 pub(crate) mod open;
 mod options;
+mod passes;
 mod pool_threads;
 mod push_down;
 mod read;

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::priority::Start;
-use super::delta::{memtables_delta, memtables_flush_entries, merge_memory};
+use super::delta::{memtables_delta, memtables_flush_entries};
 use super::install::Change;
+use super::passes::merge_memory;
 use super::stats::HeldBytes;
 use super::{Inner, State};
 use crate::compaction::{self, Shape, TphId, Work};
