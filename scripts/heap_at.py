@@ -11,6 +11,10 @@ point in it; pass those times back to see what held the heap then.
     zstd -dc /tmp/fill.zst | scripts/heap_at.py --flushes
     zstd -dc /tmp/fill.zst | scripts/heap_at.py 120.5 135.2
 
+`--timeline 5` prints the heap's highest point in each 5-second window
+instead, for a run whose flushes the flush windows miss (several
+memtables flushed together are not listed by `flush_list`).
+
 Reads heaptrack's interpreted format (the `.zst` file after `zstd -d`):
 `s` strings, `i` instruction pointers with their frames, `t` traces,
 `a` allocation infos (size, trace), `+`/`-` allocations and frees of an
@@ -45,6 +49,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("times", nargs="*", type=float, help="seconds into the run")
     ap.add_argument("--flushes", action="store_true", help="list flush windows")
+    ap.add_argument(
+        "--timeline",
+        type=float,
+        metavar="STEP",
+        help="print the heap's highest point in each window of STEP seconds",
+    )
     ap.add_argument("--top", type=int, default=20, help="sites shown per moment")
     ap.add_argument("--depth", type=int, default=3, help="frames naming a site")
     args = ap.parse_args()
@@ -58,6 +68,7 @@ def main():
     heap, flushes_live, now = 0, 0, 0.0
     snapshots, windows = [], []
     window = None  # (start, highest heap, its time)
+    highs, timeline_step, timeline_high = [], None, None  # --timeline
 
     for line in sys.stdin.buffer:
         c = line[:1]
@@ -79,6 +90,14 @@ def main():
             live.append(0)
         elif c == b"c":
             now = int(line[2:], 16) / 1000.0
+            if args.timeline:
+                step = int(now / args.timeline)
+                if step != timeline_step:
+                    if timeline_step is not None:
+                        highs.append((timeline_step * args.timeline, timeline_high))
+                    timeline_step, timeline_high = step, (heap, now)
+                elif heap > timeline_high[0]:
+                    timeline_high = (heap, now)
             while times and now >= times[0]:
                 at = times.pop(0)
                 snapshots.append((at, [(i, n) for i, n in enumerate(live) if n]))
@@ -106,6 +125,12 @@ def main():
     if args.flushes:
         for start, end, high, at in windows:
             print(f"flush {start:8.2f}-{end:8.2f} s  heap at most {high / 1e6:6.1f} MB at {at:.2f}")
+
+    if args.timeline:
+        if timeline_step is not None:
+            highs.append((timeline_step * args.timeline, timeline_high))
+        for start, (high, at) in highs:
+            print(f"{start:8.2f} s  heap at most {high / 1e6:6.1f} MB at {at:.2f}")
 
     sites = {}
 

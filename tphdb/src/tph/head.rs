@@ -16,7 +16,7 @@ use super::{piece_file_name, PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::signature;
-use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY};
+use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY, MAX_CHUNK_KEYS};
 use crate::piece::{
     write_piece_in_passes, EntryShape, EntrySource, LoadPass, PieceOptions, PieceProperties,
 };
@@ -189,7 +189,12 @@ pub(super) fn build_index_sections(
     stats: &mut MergeStats,
 ) -> Result<[(u32, Vec<u8>); 3]> {
     let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);
-    let batch_keys = (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).max(1);
+    // A chunk a batch at most: several save only passes over the live
+    // keys, which go on where the pass before stopped, and held their keys
+    // and peeled them side by side (two chunks, 14 of the 16 MB a level-1
+    // build held at the heap's highest point in a 16M x 128-byte fill).
+    let batch_keys =
+        (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).clamp(1, MAX_CHUNK_KEYS as usize);
     // A batch's chunks, and the cells of the chunks built, about 1.1 a
     // key of the field's bits.
     let _building = ctx.hold(

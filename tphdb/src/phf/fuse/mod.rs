@@ -41,10 +41,11 @@ const MAX_ATTEMPTS: u64 = 64;
 /// fuse`). Chunks also build in parallel.
 pub const MAX_CHUNK_KEYS: u64 = 1 << 18;
 /// Memory a build holds per key of the chunks it is building, at most: the
-/// hash and its tag (12 bytes), and while a chunk is built, a count and an
-/// xor per cell (8 bytes, 1.1 to 1.2 cells a key) and the peeling queue,
-/// then the cells (8 bytes each), and the peeling stack (8).
-pub const BUILD_BYTES_PER_KEY: usize = 32;
+/// hash and its tag (12 bytes, with room for a sixteenth more keys than
+/// the average chunk's), and while a chunk is built, a word per cell for
+/// its count and xor and then its value (8 bytes, 1.1 to 1.2 cells a key),
+/// the peeling stack (4) and queue (about 0.5).
+pub const BUILD_BYTES_PER_KEY: usize = 28;
 /// Written: chunks by hash interval. Version 1 (still read) chose them by
 /// a mixed hash.
 const SECTION_VERSION: u32 = 2;

@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::*;
@@ -6,6 +7,7 @@ use crate::fs::{FileSystem, MemFs, ReadMode};
 use crate::hash::test_support::with_hash_bits;
 use crate::memtable::MemTable;
 use crate::piece::PieceOptions;
+use crate::tph::head::LiveKeySource;
 use crate::tph::{merge, piece_file_name, MergeOutcome, PieceReads, Written};
 
 /// The context of a flush into `dir`.
@@ -143,39 +145,54 @@ fn a_level0_tph_of_colliding_hashes_is_the_merge_of_its_entries() {
     });
 }
 
-#[test]
-fn an_index_build_and_the_sections_it_carries_count_as_job_memory() {
-    use crate::tph::head::{build_index_sections, new_meta, write_head_with, LiveKeySource};
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// Distinct keys by hash, noting the job memory whenever the build asks
+/// for them, and how many times it does.
+struct Noting<'a> {
+    hashes: Vec<u64>,
+    gauge: &'a AtomicU64,
+    least_seen: u64,
+    most_seen: u64,
+    passes: u32,
+}
 
-    /// Distinct keys by hash, noting the job memory whenever the build
-    /// asks for them.
-    struct Noting<'a> {
-        hashes: Vec<u64>,
-        gauge: &'a AtomicU64,
-        least_seen: u64,
-    }
-    impl LiveKeySource for Noting<'_> {
-        fn count(&self) -> u64 {
-            self.hashes.len() as u64
-        }
-        fn for_each_in(
-            &mut self,
-            hashes: std::ops::RangeInclusive<u64>,
-            _: &mut MergeStats,
-            f: &mut dyn FnMut(u64, u64, u32),
-        ) -> Result<()> {
-            self.least_seen = self.least_seen.min(self.gauge.load(Relaxed));
-            for &h in self.hashes.iter().filter(|h| hashes.contains(h)) {
-                f(h, !h, 1);
-            }
-            Ok(())
-        }
-        fn check_counts(&mut self) -> Result<()> {
-            Ok(())
+impl<'a> Noting<'a> {
+    fn new(n: u64, gauge: &'a AtomicU64) -> Noting<'a> {
+        Noting {
+            hashes: (1..=n).map(|i| crate::util::reduce::mix64(i, 7)).collect(),
+            gauge,
+            least_seen: u64::MAX,
+            most_seen: 0,
+            passes: 0,
         }
     }
+}
 
+impl LiveKeySource for Noting<'_> {
+    fn count(&self) -> u64 {
+        self.hashes.len() as u64
+    }
+    fn for_each_in(
+        &mut self,
+        hashes: std::ops::RangeInclusive<u64>,
+        _: &mut MergeStats,
+        f: &mut dyn FnMut(u64, u64, u32),
+    ) -> Result<()> {
+        let held = self.gauge.load(Relaxed);
+        self.least_seen = self.least_seen.min(held);
+        self.most_seen = self.most_seen.max(held);
+        self.passes += 1;
+        for &h in self.hashes.iter().filter(|h| hashes.contains(h)) {
+            f(h, !h, 1);
+        }
+        Ok(())
+    }
+    fn check_counts(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `f` with a flush's context whose job memory is `gauge`.
+fn with_gauged_context(f: impl FnOnce(&mut MergeContext<'_>, &AtomicU64)) {
     let fs: Arc<dyn FileSystem> = Arc::new(MemFs::new());
     let dir = PathBuf::from("/db");
     let reads = PieceReads::from(ReadMode::Pread);
@@ -183,27 +200,57 @@ fn an_index_build_and_the_sections_it_carries_count_as_job_memory() {
     let gauge = AtomicU64::new(0);
     let mut ctx = context(&fs, &dir, &reads, &options);
     ctx.job_memory = Some(&gauge);
-    let n = 1000u64;
-    let mut keys = Noting {
-        hashes: (1..=n).map(|i| crate::util::reduce::mix64(i, 7)).collect(),
-        gauge: &gauge,
-        least_seen: u64::MAX,
-    };
-    let meta = new_meta(&ctx, None, &[], &[], n as usize, 0).unwrap();
-    let sections =
-        build_index_sections(&ctx, &meta, &mut keys, &mut MergeStats::default()).unwrap();
-    // A batch of 128 keys' chunks (the context's index memory) at least.
-    let batch = 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY as u64;
-    assert!(keys.least_seen >= batch, "{} held", keys.least_seen);
-    assert_eq!(gauge.load(Relaxed), 0, "let go once built");
+    f(&mut ctx, &gauge);
+}
 
-    let section_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
-    let mut while_written = 0;
-    let written = write_head_with(&ctx, &meta, sections, |_, _, _, _| {
-        while_written = gauge.load(Relaxed);
-        Err(Error::Internal("not written".into()))
+#[test]
+fn an_index_build_and_the_sections_it_carries_count_as_job_memory() {
+    use crate::tph::head::{build_index_sections, new_meta, write_head_with};
+
+    with_gauged_context(|ctx, gauge| {
+        let n = 1000u64;
+        let mut keys = Noting::new(n, gauge);
+        let meta = new_meta(ctx, None, &[], &[], n as usize, 0).unwrap();
+        let sections =
+            build_index_sections(ctx, &meta, &mut keys, &mut MergeStats::default()).unwrap();
+        // A batch of 128 keys' chunks (the context's index memory) at least.
+        let batch = 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY as u64;
+        assert!(keys.least_seen >= batch, "{} held", keys.least_seen);
+        assert_eq!(gauge.load(Relaxed), 0, "let go once built");
+
+        let section_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
+        let mut while_written = 0;
+        let written = write_head_with(ctx, &meta, sections, |_, _, _, _| {
+            while_written = gauge.load(Relaxed);
+            Err(Error::Internal("not written".into()))
+        });
+        assert!(written.is_err());
+        assert_eq!(while_written, section_bytes);
+        assert_eq!(gauge.load(Relaxed), 0);
     });
-    assert!(written.is_err());
-    assert_eq!(while_written, section_bytes);
-    assert_eq!(gauge.load(Relaxed), 0);
+}
+
+/// Regression: with index memory for several chunks, a build took them in
+/// one batch, holding their keys and peeling them side by side (two
+/// chunks, about 8 MB more, in a level-1 build at the peak of a 16M x
+/// 128-byte fill). It takes one chunk a pass now, whatever its memory.
+#[test]
+fn an_index_build_holds_one_chunk_at_a_time_whatever_its_memory() {
+    use crate::phf::fuse::{keys_held, BUILD_BYTES_PER_KEY, MAX_CHUNK_KEYS};
+    use crate::tph::head::{build_index_sections, new_meta};
+
+    with_gauged_context(|ctx, gauge| {
+        ctx.index_memory_bytes = 64 << 20;
+        // Three chunks of 200,000 keys, which 64 MiB would take in one batch.
+        let n = 600_000u64;
+        let mut keys = Noting::new(n, gauge);
+        let meta = new_meta(ctx, None, &[], &[], n as usize, 0).unwrap();
+        build_index_sections(ctx, &meta, &mut keys, &mut MergeStats::default()).unwrap();
+        assert_eq!(keys.passes, 3, "a pass a chunk");
+        let one_chunk = keys_held(n, MAX_CHUNK_KEYS as usize) * BUILD_BYTES_PER_KEY as u64;
+        assert!(one_chunk < 200_000 * 30, "{one_chunk}");
+        let cells = n * u64::from(meta.sig_bits + meta.piece_bits) * 11 / 80;
+        assert_eq!(keys.most_seen, one_chunk + cells);
+        assert_eq!(gauge.load(Relaxed), 0, "let go once built");
+    });
 }
