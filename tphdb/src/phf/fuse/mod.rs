@@ -38,7 +38,8 @@ const MAX_ATTEMPTS: u64 = 64;
 /// from 600,000 keys on, 1.1 at this size) but builds slower once its
 /// peeling table leaves the CPU's cache: at a million keys, 131 ns a key
 /// against 82 here, for 0.3 bits a key less (`tphdb bench phf --engines
-/// fuse`). Chunks also build in parallel.
+/// fuse`). The chunks of a batch build in parallel (a TPH's index takes
+/// one chunk a batch, to hold one peeling table at a time).
 pub const MAX_CHUNK_KEYS: u64 = 1 << 18;
 /// Memory a build holds per key of the chunks it is building, at most: the
 /// hash and its tag (12 bytes, with room for a sixteenth more keys than
