@@ -21,7 +21,7 @@ use crate::hash::{hashes_of_partitions, partition_of};
 use crate::memtable::{FlushEntry, FrozenArena, MemTable, NewestVersion};
 use crate::piece::{piece_write_memory, EntryShape};
 use crate::tph::{
-    merge, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written, PASS_VALUES_BYTES,
+    merge, values_run, write_share, DeltaEntry, MergeOutcome, RangePasses, Tph, Written,
     SHARE_BYTES_PER_ENTRY,
 };
 use crate::util::min_heap::{heapify, sift_down};
@@ -168,7 +168,8 @@ impl Inner {
     /// read again and are many and small (a level-0 merge's pass at
     /// 128-byte values; see [`Passes::plan`]), a pass holds its entries by
     /// shape and the new piece reads their values again as it is written,
-    /// a merge's fold memory and at most `PASS_VALUES_BYTES` at a time.
+    /// a run of values at a time ([`values_run`]: the merge's fold memory,
+    /// at most 4 MiB).
     /// Each new TPH is installed once written; `change` keeps the
     /// statistics, and the caller retires the inputs.
     pub(super) fn merge_tphs_into_level(
@@ -178,9 +179,12 @@ impl Inner {
         targets: Range<u64>,
         change: &mut Change,
     ) -> Result<()> {
-        let values_run = self.merge_memory_now().clamp(1, PASS_VALUES_BYTES);
-        let Passes { per_pass, by_shape } =
-            Passes::plan(inputs, self.job_input_bytes(), values_run, &targets);
+        let Passes { per_pass, by_shape } = Passes::plan(
+            inputs,
+            self.job_input_bytes(),
+            values_run(self.merge_memory_now()),
+            &targets,
+        );
         let partitions = self.state.lock().current().partitions(level);
         let mut found = vec![0u64; inputs.len()];
         let passes = (targets.end - targets.start).div_ceil(per_pass);

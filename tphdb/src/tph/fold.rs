@@ -225,8 +225,13 @@ pub(super) fn passes_for(written: &[Written], memory_bytes: u64) -> usize {
 /// `bytes` encoded, are read again: see [`passes_for`].
 pub(super) fn passes_to_read_again(count: u64, bytes: u64, memory_bytes: u64) -> usize {
     let read_again = bytes + count * MERGE_BYTES_PER_ENTRY;
-    let run = memory_bytes.clamp(1, PASS_VALUES_BYTES);
-    read_again.div_ceil(run).max(1) as usize
+    read_again.div_ceil(values_run(memory_bytes)).max(1) as usize
+}
+
+/// What a pass of a new piece's writing reads again at most, given a
+/// merge's fold memory: that memory, and at most [`PASS_VALUES_BYTES`].
+pub(crate) fn values_run(memory_bytes: u64) -> u64 {
+    memory_bytes.clamp(1, PASS_VALUES_BYTES)
 }
 
 /// What one pass reads again at most, whatever the fold memory. A
@@ -237,7 +242,7 @@ pub(super) fn passes_to_read_again(count: u64, bytes: u64, memory_bytes: u64) ->
 /// from 235 to 219 MB at no CPU cost measured; at 1 KiB values, whose
 /// passes are four times as many, the fill ran 4.5% slower
 /// (docs/benchmarks.md, "Peak RSS").
-pub(crate) const PASS_VALUES_BYTES: u64 = 4 << 20;
+pub(super) const PASS_VALUES_BYTES: u64 = 4 << 20;
 
 /// The entries of one pass's run of slots (indices into `written`; empty
 /// slots are past its end): the held ones where they are, the folded ones

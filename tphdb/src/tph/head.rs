@@ -16,7 +16,7 @@ use super::{piece_file_name, PieceFile, Tph};
 use crate::error::{Error, Result};
 use crate::fs::FileSystem;
 use crate::hash::signature;
-use crate::phf::fuse::{Fuse, BUILD_BYTES_PER_KEY, MAX_CHUNK_KEYS};
+use crate::phf::fuse::{keys_held, Fuse, BUILD_BYTES_PER_KEY, MAX_CHUNK_KEYS};
 use crate::piece::{
     write_piece_in_passes, EntryShape, EntrySource, LoadPass, PieceOptions, PieceProperties,
 };
@@ -198,7 +198,7 @@ pub(super) fn build_index_sections(
     // A batch's chunks, and the cells of the chunks built, about 1.1 a
     // key of the field's bits.
     let _building = ctx.hold(
-        crate::phf::fuse::keys_held(live.count(), batch_keys) * BUILD_BYTES_PER_KEY as u64
+        keys_held(live.count(), batch_keys) * BUILD_BYTES_PER_KEY as u64
             + live.count() * u64::from(sig_bits + piece_bits) * 11 / 80,
     );
     let built = Fuse::build_streamed(

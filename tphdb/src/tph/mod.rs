@@ -37,7 +37,7 @@ use bytes::Bytes;
 pub(crate) use cursor::TphCursor;
 pub(crate) use delta_entry::{DeltaEntry, MERGE_BYTES_PER_ENTRY};
 use fold::Origin;
-pub(crate) use fold::{Written, PASS_VALUES_BYTES};
+pub(crate) use fold::{values_run, Written};
 pub(crate) use garbage::Garbage;
 use garbage::{live_shadowed, piece_garbage};
 pub(crate) use level0::{write_level0, Hashed};
