@@ -15,6 +15,11 @@ point in it; pass those times back to see what held the heap then.
 instead, for a run whose flushes the flush windows miss (several
 memtables flushed together are not listed by `flush_list`).
 
+`--grows 1` lists the allocations of 1 MB and more made by growing a
+vector (a reallocation: for a moment the old block beside the new one,
+which a resident high-water mark sees and a sampled heap does not), by
+site, with how many and the largest.
+
 Reads heaptrack's interpreted format (the `.zst` file after `zstd -d`):
 `s` strings, `i` instruction pointers with their frames, `t` traces,
 `a` allocation infos (size, trace), `+`/`-` allocations and frees of an
@@ -29,6 +34,8 @@ import sys
 # A site is named by its innermost frames in these crates.
 OUR_CRATES = ("tphdb",)
 FLUSH_FRAME = "flush_list"
+# A vector's growth (a reallocation), not a new allocation or a shrink.
+GROW_FRAME = "finish_grow"
 
 
 def clean(name):
@@ -55,6 +62,12 @@ def main():
         metavar="STEP",
         help="print the heap's highest point in each window of STEP seconds",
     )
+    ap.add_argument(
+        "--grows",
+        type=float,
+        metavar="MB",
+        help="list growths of a vector to MB or more, by site",
+    )
     ap.add_argument("--top", type=int, default=20, help="sites shown per moment")
     ap.add_argument("--depth", type=int, default=3, help="frames naming a site")
     args = ap.parse_args()
@@ -70,10 +83,17 @@ def main():
     window = None  # (start, highest heap, its time)
     highs, timeline_step, timeline_high = [], None, None  # --timeline
 
+    grows = collections.Counter()
+    largest_grow = collections.Counter()
+    grow_trace = [False]
+
     for line in sys.stdin.buffer:
         c = line[:1]
         if c == b"+":
             i = int(line[2:], 16)
+            if args.grows and sizes[i] >= args.grows * 1e6 and grow_trace[alloc_trace[i]]:
+                grows[alloc_trace[i]] += 1
+                largest_grow[alloc_trace[i]] = max(largest_grow[alloc_trace[i]], sizes[i])
             live[i] += 1
             heap += sizes[i]
             flushes_live += is_flush[i]
@@ -113,8 +133,9 @@ def main():
             _, ip, parent = line.split()
             ip, parent = int(ip, 16), int(parent, 16)
             traces.append((ip, parent))
-            names = (strings[f] for f in frames[ip])
+            names = [strings[f] for f in frames[ip]]
             flush_trace.append(flush_trace[parent] or any(FLUSH_FRAME in n for n in names))
+            grow_trace.append(grow_trace[parent] or any(GROW_FRAME in n for n in names))
         elif c == b"i":
             parts = line.split()
             frames.append([int(f, 16) for f in parts[3::3]])
@@ -146,6 +167,15 @@ def main():
                 t = parent
             sites[trace] = " < ".join(names) or "(outside the engine)"
         return sites[trace]
+
+    if args.grows:
+        by_site = collections.Counter()
+        largest = collections.Counter()
+        for trace, n in grows.items():
+            by_site[site(trace)] += n
+            largest[site(trace)] = max(largest[site(trace)], largest_grow[trace])
+        for name, n in sorted(by_site.items(), key=lambda kv: -kv[1] * largest[kv[0]])[: args.top]:
+            print(f"{n:6d} growths, up to {largest[name] / 1e6:6.1f} MB  {name}")
 
     for at, held in snapshots:
         by_site = collections.Counter()

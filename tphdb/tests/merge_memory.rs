@@ -120,7 +120,10 @@ fn merging_into_a_large_tph_holds_a_bounded_amount_of_memory() {
 /// entries, which point into the memtable; 78.5 with 8-byte ones, their
 /// key hashes only in the array the piece's writer takes; 67.2 with the
 /// key-hash section sorted in ranges of 16K pairs instead of 64K, its
-/// second hashes computed in the writer's survey).
+/// second hashes computed in the writer's survey; 65.5 before, and 57.6
+/// after, the level-0 index built in chunks of 75,000 keys, not 200,000,
+/// and the second hashes computed range by range. A fifth of it is the new
+/// active memtable's filter, 4 MiB here).
 #[test]
 fn a_flush_holds_little_beyond_its_memtable() {
     let _turn = measuring();
@@ -141,7 +144,7 @@ fn a_flush_holds_little_beyond_its_memtable() {
     let peak = peak_during(|| db.flush().unwrap());
     let per_entry = peak as f64 / entries as f64;
     eprintln!("peak {peak} bytes during the flush ({per_entry:.1} per entry), memtable {memtable}");
-    assert!(per_entry < 72.0, "{per_entry:.1} bytes per entry held");
+    assert!(per_entry < 62.0, "{per_entry:.1} bytes per entry held");
     assert_eq!(db.stats().levels[0].live_entries, entries);
 }
 

@@ -3,12 +3,14 @@
 
 use rayon::prelude::*;
 
+use super::entry::{EntryShape, PREFETCH_AHEAD};
 use super::writer::{Sink, SINK_BUFFER_BYTES};
 use crate::error::Result;
+use crate::hash::key_hash2;
 use crate::util::codec::PutExt;
 
-/// The key-hash section: both hashes of every entry (`hashes[i]` and
-/// `hashes2[i]` of entry `i`), sorted, so that membership is a binary
+/// The key-hash section: both hashes of every entry (`hashes[i]` and the
+/// `key_hash2` of `entries[i]`), sorted, so that membership is a binary
 /// search. Handed to `sink` a buffer at a time.
 ///
 /// The pairs are sorted a range of hashes at a time (hashes are uniform
@@ -18,18 +20,24 @@ use crate::util::codec::PutExt;
 /// entries' indexes out to their ranges (a counting sort, 5 bytes an
 /// entry); a scan of every hash per range was 13% of a flush's CPU at 22
 /// ranges.
-pub(super) fn write_key_hashes(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) -> Result<()> {
-    debug_assert_eq!(hashes.len(), hashes2.len());
+///
+/// The second hashes are computed here, a range at a time, not listed
+/// beside the entries: a flush's list of them was 8 bytes an entry for
+/// the whole of its blocks' writing (3 MB of a 64 MiB memtable of 128-byte
+/// values), against a read of each key again here, prefetched.
+pub(super) fn write_key_hashes<E: EntryShape>(
+    hashes: &[u64],
+    entries: &[E],
+    sink: Sink<'_>,
+) -> Result<()> {
+    debug_assert_eq!(hashes.len(), entries.len());
     let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
     let ranges = (hashes.len() / MIN_RANGE_PAIRS).clamp(1, HASH_SORT_RANGES);
     if ranges == 1 {
-        let mut pairs: Vec<(u64, u64)> = hashes
-            .iter()
-            .copied()
-            .zip(hashes2.iter().copied())
-            .collect();
+        let mut pairs = Vec::new();
+        fill_pairs(hashes, entries, hashes.len(), &|k| k, &mut pairs);
         pairs.par_sort_unstable();
-        return write_pairs(&pairs, &mut buf, sink);
+        return write_pairs(pairs.iter().copied(), &mut buf, sink);
     }
     let (lo, hi) = hashes
         .iter()
@@ -56,34 +64,74 @@ pub(super) fn write_key_hashes(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) 
     let largest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
     let mut pairs: Vec<(u64, u64)> = Vec::with_capacity(largest);
     for w in starts.windows(2) {
-        pairs.clear();
-        pairs.extend(
-            order[w[0]..w[1]]
-                .iter()
-                .map(|&i| (hashes[i as usize], hashes2[i as usize])),
-        );
+        let run = &order[w[0]..w[1]];
+        fill_pairs(hashes, entries, run.len(), &|k| run[k] as usize, &mut pairs);
         pairs.par_sort_unstable();
-        write_pairs(&pairs, &mut buf, sink)?;
+        write_pairs(pairs.iter().copied(), &mut buf, sink)?;
     }
     Ok(())
 }
 
-/// The key-hash section of `pairs`, `(key_hash, key_hash2)` of every
-/// entry already sorted (a push-down's share, `tph::share`), handed to
-/// `sink` a buffer at a time.
-pub(crate) fn write_sorted_pairs(pairs: &[(u64, u64)], sink: Sink<'_>) -> Result<()> {
+/// Sets `pairs` to the `len` pairs of the entries `at(0..len)`, their
+/// second hashes computed in parallel runs, each prefetching the entries
+/// [`PREFETCH_AHEAD`] ahead of it (a flush's keys lie wherever its
+/// memtable's arena put them).
+fn fill_pairs<E: EntryShape>(
+    hashes: &[u64],
+    entries: &[E],
+    len: usize,
+    at: &(dyn Fn(usize) -> usize + Sync),
+    pairs: &mut Vec<(u64, u64)>,
+) {
+    pairs.clear();
+    pairs.resize(len, (0, 0));
+    pairs
+        .par_chunks_mut(PAIRS_PER_TASK)
+        .enumerate()
+        .for_each(|(t, out)| {
+            let first = t * PAIRS_PER_TASK;
+            let end = first + out.len();
+            for (k, pair) in (first..end).zip(out) {
+                if k + PREFETCH_AHEAD < end {
+                    entries[at(k + PREFETCH_AHEAD)].prefetch_shape();
+                }
+                let i = at(k);
+                *pair = (hashes[i], key_hash2(entries[i].key()));
+            }
+        });
+}
+
+/// Pairs one parallel task of [`fill_pairs`] makes.
+const PAIRS_PER_TASK: usize = 4096;
+
+/// The key-hash section of the pairs `(hashes[i], hashes2[i])`, the
+/// `(key_hash, key_hash2)` of every entry already sorted (a push-down's
+/// share, `tph::share`), handed to `sink` a buffer at a time.
+pub(crate) fn write_sorted_pairs(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) -> Result<()> {
+    debug_assert_eq!(hashes.len(), hashes2.len());
+    let pairs = hashes.iter().copied().zip(hashes2.iter().copied());
     write_pairs(pairs, &mut Vec::with_capacity(SINK_BUFFER_BYTES), sink)
 }
 
 /// Hands `sink` the sorted `pairs`, encoded in `buf` a buffer at a time.
-fn write_pairs(pairs: &[(u64, u64)], buf: &mut Vec<u8>, sink: Sink<'_>) -> Result<()> {
-    debug_assert!(pairs.windows(2).all(|w| w[0] <= w[1]));
-    for pairs in pairs.chunks(SINK_BUFFER_BYTES / 16) {
-        buf.clear();
-        for &(h, h2) in pairs {
-            buf.put_u64(h);
-            buf.put_u64(h2);
+fn write_pairs(
+    pairs: impl IntoIterator<Item = (u64, u64)>,
+    buf: &mut Vec<u8>,
+    sink: Sink<'_>,
+) -> Result<()> {
+    let mut last = (0, 0);
+    buf.clear();
+    for (h, h2) in pairs {
+        debug_assert!(last <= (h, h2), "pairs out of order");
+        last = (h, h2);
+        buf.put_u64(h);
+        buf.put_u64(h2);
+        if buf.len() + 16 > SINK_BUFFER_BYTES {
+            sink(buf)?;
+            buf.clear();
         }
+    }
+    if !buf.is_empty() {
         sink(buf)?;
     }
     Ok(())
@@ -97,7 +145,8 @@ const MIN_RANGE_PAIRS: usize = 1 << 14;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::{key_hash, key_hash2};
+    use crate::hash::key_hash;
+    use crate::piece::EntryRef;
 
     /// The key-hash section as one sort of every pair would write it.
     fn hashes_sorted_whole(keys: &[Vec<u8>], hashes: &[u64]) -> Vec<u8> {
@@ -121,6 +170,14 @@ mod tests {
         // band (a partition's) with repeats, and at both ends of u64.
         let n = 5 * MIN_RANGE_PAIRS + 123;
         let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("k{i}").into_bytes()).collect();
+        let entries: Vec<EntryRef<'_>> = keys
+            .iter()
+            .map(|k| EntryRef {
+                key: k,
+                value: None,
+                seq: 1,
+            })
+            .collect();
         let bands: [(u64, u64); 4] = [
             (1 << 40, 1 << 20),
             (0, 1 << 24),
@@ -132,9 +189,8 @@ mod tests {
             hashes[10] = hashes[n - 10];
             hashes[n / 2] = base;
             hashes[n / 3] = base + (width - 1);
-            let hashes2: Vec<u64> = keys.iter().map(|k| key_hash2(k)).collect();
             let mut got = Vec::new();
-            write_key_hashes(&hashes, &hashes2, &mut |b| {
+            write_key_hashes(&hashes, &entries, &mut |b| {
                 got.extend_from_slice(b);
                 Ok(())
             })
@@ -146,7 +202,8 @@ mod tests {
             );
         }
         let mut none = Vec::new();
-        write_key_hashes(&[], &[], &mut |b| {
+        let none_entries: [EntryRef<'_>; 0] = [];
+        write_key_hashes(&[], &none_entries, &mut |b| {
             none.extend_from_slice(b);
             Ok(())
         })

@@ -28,17 +28,13 @@ pub(crate) type KeyOrderSink<'a> = &'a mut dyn FnMut(&[u8], bool, u32) -> Result
 pub(super) struct EntryKeys<'a, E> {
     pub(super) entries: &'a [E],
     pub(super) hashes: &'a [u64],
-    pub(super) hashes2: Vec<u64>,
     /// Entry indices in key order, if the entries are not.
     pub(super) key_order: Option<Vec<u32>>,
 }
 
 impl<E: EntryShape> KeySections for EntryKeys<'_, E> {
     fn write_key_hashes(&mut self, sink: Sink<'_>) -> Result<()> {
-        write_key_hashes(self.hashes, &self.hashes2, sink)?;
-        // The key-order index needs them not: gone before its own table.
-        self.hashes2 = Vec::new();
-        Ok(())
+        write_key_hashes(self.hashes, self.entries, sink)
     }
 
     fn for_each_in_key_order(&mut self, f: KeyOrderSink<'_>) -> Result<()> {

@@ -1,15 +1,15 @@
 //! One pass over the entries a piece is written from, before it is
-//! planned: the writer's checks, the counts its properties record, and the
-//! keys' second hashes. A flush's entries point into the memtable's arena,
-//! so each pass over them in key order misses the cache at every entry;
-//! these took six passes, and the key-hash section's second hashes one
-//! more.
+//! planned: the writer's checks and the counts its properties record. A
+//! flush's entries point into the memtable's arena, so each pass over them
+//! in key order misses the cache at every entry; these took six passes.
+//! (The key-hash section's second hashes were computed here too, and held
+//! until that section; they are computed for it now, see
+//! `hash_section::write_key_hashes`.)
 
 use rayon::prelude::*;
 
 use super::entry::{check_lengths, prefetch_ahead, EntryShape};
 use crate::error::Result;
-use crate::hash::key_hash2;
 
 /// Entries one parallel task surveys.
 const CHUNK: usize = 1 << 14;
@@ -95,27 +95,16 @@ impl Survey {
     }
 }
 
-/// A survey and each key's `key_hash2`, in the order of the entries, for
-/// the key-hash section: written after the blocks, it read every key again
-/// (a cache miss each, for a flush's entries).
-pub(super) struct Surveyed {
-    pub(super) survey: Survey,
-    pub(super) hashes2: Vec<u64>,
-}
-
-/// Surveys `entries` and hashes their keys, refusing keys and values past
-/// the format's limits.
-pub(super) fn survey<E: EntryShape>(entries: &[E]) -> Result<Surveyed> {
+/// Surveys `entries`, refusing keys and values past the format's limits.
+pub(super) fn survey<E: EntryShape>(entries: &[E]) -> Result<Survey> {
     survey_in_chunks(entries, CHUNK)
 }
 
-fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Surveyed> {
-    let mut hashes2 = vec![0u64; entries.len()];
+fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey> {
     let total = entries
         .par_chunks(chunk)
-        .zip(hashes2.par_chunks_mut(chunk))
         .enumerate()
-        .map(|(c, (run, hashes2))| {
+        .map(|(c, run)| {
             let mut s = Survey::EMPTY;
             // Each run also compares its first key with the key before it.
             let mut prev = (c > 0).then(|| entries[c * chunk - 1].key());
@@ -125,15 +114,11 @@ fn survey_in_chunks<E: EntryShape>(entries: &[E], chunk: usize) -> Result<Survey
                 let key = e.key();
                 s.in_key_order &= prev.is_none_or(|p| p < key);
                 prev = Some(key);
-                hashes2[i] = key_hash2(key);
             }
             Ok(s)
         })
         .try_reduce(|| Survey::EMPTY, |a, b| Ok(a.merge(b)))?;
-    Ok(Surveyed {
-        survey: total.finished(entries.len()),
-        hashes2,
-    })
+    Ok(total.finished(entries.len()))
 }
 
 #[cfg(test)]
@@ -189,9 +174,7 @@ mod tests {
                 .map(|(r, v)| EntryRef { key: &r.0, value: v.as_deref(), seq: r.2 })
                 .collect();
             let got = survey_in_chunks(&entries, chunk).unwrap();
-            prop_assert_eq!(got.survey, counted(&entries));
-            let hashes2: Vec<u64> = entries.iter().map(|e| key_hash2(e.key)).collect();
-            prop_assert_eq!(got.hashes2, hashes2);
+            prop_assert_eq!(got, counted(&entries));
         }
     }
 
@@ -232,7 +215,7 @@ mod tests {
                     seq: 9,
                 })
                 .collect();
-            let s = survey(&entries).unwrap().survey;
+            let s = survey(&entries).unwrap();
             let fs = MemFs::new();
             let p = std::path::Path::new("/p.ph");
             let props = write_piece(&fs, p, &entries, &PieceOptions::default()).unwrap();

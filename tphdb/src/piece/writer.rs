@@ -12,7 +12,7 @@ pub(crate) use super::key_sections::{KeyOrderSink, KeySections};
 use super::layout::{block_quantum, BlockWriter};
 use super::slots::SlotLayout;
 use super::sorted::encode_key_index;
-use super::survey::{survey, Survey, Surveyed};
+use super::survey::{survey, Survey};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
 use crate::hash::{key_hash, KEY_HASH_SEED};
@@ -96,11 +96,11 @@ pub fn write_piece_hashed(
 }
 
 /// Memory writing a piece of `entries` holds beyond the entries
-/// themselves: their hashes (the caller's), and in
-/// [`write_piece_in_passes`] each key's second hash and the slot table (an
-/// entry index a slot; each entry's slot, for the key-order index, takes
-/// their place at the end), and the file's write buffer. Flushes and
-/// merges count it with what they hold
+/// themselves: two hashes an entry (the caller's hashes, and room for the
+/// key-hash section's counting sort, 5 bytes an entry, or a share's second
+/// hashes), the slot table (an entry index a slot; each entry's slot, for
+/// the key-order index, takes its place at the end), and the file's write
+/// buffer. Flushes and merges count it with what they hold
 /// ([`crate::DBStats::job_memory_bytes`]).
 pub(crate) fn piece_write_memory(entries: usize, options: &PieceOptions) -> u64 {
     let slot_table = 4.0 * options.phf.table_factor.max(1.0);
@@ -154,7 +154,7 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
             entries.len()
         )));
     }
-    let Surveyed { survey, hashes2 } = survey(entries)?;
+    let survey = survey(entries)?;
     let key_order = match survey.in_key_order {
         true => None,
         false => Some(key_order(entries)?),
@@ -162,7 +162,6 @@ pub(crate) fn write_piece_in_passes<E: EntryShape, S: EntrySource>(
     let mut keys = EntryKeys {
         entries,
         hashes,
-        hashes2,
         key_order,
     };
     let plan = Plan {

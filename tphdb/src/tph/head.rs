@@ -97,7 +97,7 @@ pub(super) fn write_head<E: EntryShape, S: EntrySource>(
     entries: &[E],
     hashes: &[u64],
     passes: usize,
-    sections: [(u32, Vec<u8>); 3],
+    sections: IndexSections,
     load: LoadPass<'_, S>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
     write_head_with(ctx, meta, sections, |fs, path, options, extra| {
@@ -111,7 +111,7 @@ pub(super) fn write_head<E: EntryShape, S: EntrySource>(
 pub(super) fn write_head_with(
     ctx: &MergeContext<'_>,
     meta: &TphMeta,
-    sections: [(u32, Vec<u8>); 3],
+    sections: IndexSections,
     write: impl FnOnce(
         &dyn FileSystem,
         &Path,
@@ -123,7 +123,7 @@ pub(super) fn write_head_with(
     // Held until the index they encode is decoded and counted with the
     // TPH's (a merge's whole piece is written meanwhile).
     let _sections = ctx.hold(sections.iter().map(|(_, b)| b.len() as u64).sum());
-    let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, b.as_slice())).collect();
+    let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, &b[..])).collect();
     // The local perfect hash's segments divide the partition, as the level
     // below divides it.
     let mut piece_options = ctx.piece_options.clone();
@@ -135,7 +135,7 @@ pub(super) fn write_head_with(
     let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.reads)?;
     let [_, (_, fuse), (_, exceptions)] = sections;
     let index = GlobalIndex::decode_fuse(
-        Bytes::from(fuse),
+        fuse,
         meta.sig_bits,
         meta.piece_bits,
         &exceptions,
@@ -178,6 +178,10 @@ pub(super) trait LiveKeySource {
     fn check_counts(&mut self) -> Result<()>;
 }
 
+/// A new TPH's global index as its head piece's extra sections: the
+/// meta, the fuse and the exceptions.
+pub(super) type IndexSections = [(u32, Bytes); 3];
+
 /// The global index of the merged key set, as head-piece sections in the
 /// order meta, fuse, exceptions. The keys are streamed from `live` once
 /// per batch of the fuse build (the first pass marks which base entries
@@ -187,7 +191,7 @@ pub(super) fn build_index_sections(
     meta: &TphMeta,
     live: &mut dyn LiveKeySource,
     stats: &mut MergeStats,
-) -> Result<[(u32, Vec<u8>); 3]> {
+) -> Result<IndexSections> {
     let (sig_bits, piece_bits) = (meta.sig_bits, meta.piece_bits);
     // A chunk a batch at most: several save only passes over the live
     // keys, which go on where the pass before stopped, and held their keys
@@ -196,10 +200,11 @@ pub(super) fn build_index_sections(
     let batch_keys =
         (ctx.index_memory_bytes / BUILD_BYTES_PER_KEY).clamp(1, MAX_CHUNK_KEYS as usize);
     // A batch's chunks, and the cells of the chunks built, about 1.1 a
-    // key of the field's bits.
+    // key of the field's bits, in room for about 1.2 (the chunks' lists as
+    // allocated).
     let _building = ctx.hold(
         keys_held(live.count(), batch_keys) * BUILD_BYTES_PER_KEY as u64
-            + live.count() * u64::from(sig_bits + piece_bits) * 11 / 80,
+            + live.count() * u64::from(sig_bits + piece_bits) * 12 / 80,
     );
     let built = Fuse::build_streamed(
         live.count(),
@@ -215,7 +220,7 @@ pub(super) fn build_index_sections(
     live.check_counts()?;
     // A hash shared by several live keys: every one of them is an exception,
     // so that the exception list alone routes that hash.
-    let shared = built.duplicate_hashes;
+    let shared = &built.duplicate_hashes;
     let mut exceptions = Vec::new();
     if !shared.is_empty() {
         live.for_each_in(0..=u64::MAX, stats, &mut |h, h2, field| {
@@ -226,14 +231,12 @@ pub(super) fn build_index_sections(
         live.check_counts()?;
         exceptions.sort_unstable();
     }
-    let mut fuse = Vec::new();
-    built.fuse.encode(&mut fuse);
     Ok([
-        (SECTION_META, meta.encode()),
-        (SECTION_FUSE, fuse),
+        (SECTION_META, Bytes::from(meta.encode())),
+        (SECTION_FUSE, built.section()),
         (
             SECTION_EXCEPTIONS,
-            GlobalIndex::encode_exceptions(&exceptions),
+            Bytes::from(GlobalIndex::encode_exceptions(&exceptions)),
         ),
     ])
 }

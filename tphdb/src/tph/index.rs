@@ -9,6 +9,8 @@
 //! exceptions, told apart by a second hash, and the exception list alone
 //! decides where they live.
 
+use std::ops::RangeInclusive;
+
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
@@ -181,6 +183,14 @@ impl GlobalIndex {
             .get(from)
             .is_some_and(|e| e.h == h)
             .then_some(from)
+    }
+
+    /// The hashes of the TPH's keys (its partition), if the index says.
+    pub(crate) fn hashes(&self) -> Option<RangeInclusive<u64>> {
+        match &self.lookup {
+            Lookup::Fuse(fuse) => fuse.hashes(),
+            Lookup::Slots { .. } => None,
+        }
     }
 
     /// Bytes of memory: perfect hash and packed slots or the fuse, and the

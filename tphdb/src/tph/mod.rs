@@ -459,10 +459,22 @@ impl Tph {
         Ok(out)
     }
 
-    /// About how many live entries lie in `hashes` (hashes are uniform),
-    /// a little over: what a list of them is sized for.
+    /// About how many live entries lie in `hashes` (hashes are uniform
+    /// over the TPH's partition), a little over: what a list of them is
+    /// sized for. (It took the share of all hashes, not of the partition's:
+    /// a push-down's lists, sized for a `fanout`th of their entries from
+    /// level 1 down, grew by doubling, the old list beside one twice its
+    /// size each time.)
     pub(crate) fn expected_live_in(&self, hashes: &RangeInclusive<u64>) -> usize {
-        let share = (*hashes.end() - *hashes.start()) as f64 / u64::MAX as f64;
+        let own = self.index.hashes().unwrap_or(0..=u64::MAX);
+        let from = (*hashes.start()).max(*own.start());
+        let to = (*hashes.end()).min(*own.end());
+        let span = |a: u64, b: u64| (b - a) as f64 + 1.0;
+        let share = if from > to {
+            0.0
+        } else {
+            span(from, to) / span(*own.start(), *own.end())
+        };
         let expected = (self.live_count() as f64 * share * 1.02) as usize + 64;
         expected.min(self.live_count() as usize)
     }

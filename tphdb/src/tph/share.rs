@@ -6,8 +6,8 @@
 //! delta. Into a child at the bottom that holds nothing (a level the tree
 //! has just grown) there is nothing to merge with: the new TPH is one
 //! piece of the share's live entries, less its tombstones. Such a piece is
-//! written from the pairs of key hashes alone (16 bytes an entry, 8 more
-//! for the perfect hash's build): its blocks a run of slots at a time, read
+//! written from the pairs of key hashes alone (16 bytes an entry, in two
+//! columns once sorted): its blocks a run of slots at a time, read
 //! again from the source's pieces; its key-hash section from the pairs,
 //! sorted; its key-order section from the source's own key-order sections,
 //! merged as a scan would. The file is the one a merge of the same entries
@@ -33,10 +33,11 @@ use crate::piece::{
 use crate::util::min_heap::{heapify, sift_down};
 
 /// Memory writing a share of `entries` holds beyond a piece's writing
-/// ([`crate::piece::piece_write_memory`], which counts two hashes an
-/// entry): the pairs sorted, and each entry's hash again for the perfect
-/// hash's build.
-pub(crate) const SHARE_BYTES_PER_ENTRY: u64 = 8;
+/// ([`crate::piece::piece_write_memory`], which counts two hashes an entry
+/// and the slot table's four bytes or more): while the sorted pairs are
+/// split into their two columns, three hashes an entry, before the slot
+/// table is made.
+pub(crate) const SHARE_BYTES_PER_ENTRY: u64 = 4;
 
 /// Writes the live entries of `source` whose key hash lies in `hashes`
 /// (the child's partition, `ctx.hashes`) as the TPH of a child that holds
@@ -57,7 +58,7 @@ pub(crate) fn write_share(
     let hashes = ctx.hashes.clone();
     let mut stats = MergeStats::default();
     let mut survey = Survey::EMPTY;
-    let mut pairs: Vec<(u64, u64)> = Vec::with_capacity(source.expected_live_in(&hashes));
+    let mut pairs: Vec<[u64; 2]> = Vec::with_capacity(source.expected_live_in(&hashes));
     let (mut found, mut tombstones, mut refused) = (0u64, 0u64, None);
     source.for_each_live_in(hashes.clone(), passes, &mut stats, |e, h, _| {
         found += 1;
@@ -68,7 +69,7 @@ pub(crate) fn write_share(
         if let Err(err) = survey.add(&e) {
             refused.get_or_insert(err);
         }
-        pairs.push((h, key_hash2(e.key)));
+        pairs.push([h, key_hash2(e.key)]);
     })?;
     if let Some(err) = refused {
         return Err(err);
@@ -91,16 +92,16 @@ pub(crate) fn write_share(
         return Err(Error::corruption(
             "live entries of one key",
             1,
-            format!("two with hashes {:#x}, {:#x}", w[0].0, w[0].1),
+            format!("two with hashes {:#x}, {:#x}", w[0][0], w[0][1]),
         )
         .at(source.head.name()));
     }
     let n = pairs.len();
+    let pairs = Columns::split(pairs);
     let survey = survey.finished(n);
     let meta = new_meta(ctx, None, &[], &[], n, 0)?;
     let sections = build_index_sections(ctx, &meta, &mut Pairs::new(&pairs), &mut stats)?;
     let index_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
-    let hs: Vec<u64> = pairs.iter().map(|&(h, _)| h).collect();
     let passes = passes_to_read_again(n as u64, survey.encoded_bytes as u64, ctx.fold_memory_bytes);
     let mut loaded_survey = Survey::EMPTY;
     let mut keys = ShareKeys {
@@ -110,14 +111,13 @@ pub(crate) fn write_share(
     };
     let plan = Plan {
         survey,
-        hashes: &hs,
+        hashes: &pairs.h,
         keys: &mut keys,
     };
     let mut load = |run: &[u32]| load_run(source, &pairs, run, &mut loaded_survey, &mut stats);
     let (head, index) = write_head_with(ctx, &meta, sections, |fs, path, options, extra| {
         write_planned_piece(fs, path, plan, options, extra, passes, &mut load)
     })?;
-    drop(hs);
     if loaded_survey.finished(n) != survey {
         let _ = ctx
             .fs
@@ -146,7 +146,7 @@ pub(crate) fn write_share(
 /// to, only the blocks that hold them; each is counted into `survey`.
 fn load_run(
     source: &Tph,
-    pairs: &[(u64, u64)],
+    pairs: &Columns,
     run: &[u32],
     survey: &mut Survey,
     stats: &mut MergeStats,
@@ -154,7 +154,7 @@ fn load_run(
     // (piece, h, h2, index) of the run's entries.
     let mut wanted: Vec<(usize, u64, u64, u32)> = Vec::with_capacity(run.len());
     for &i in run {
-        let Some(&(h, h2)) = pairs.get(i as usize) else {
+        let Some((h, h2)) = pairs.get(i as usize) else {
             continue;
         };
         let (_, piece) = route(source, h, h2).ok_or_else(|| {
@@ -201,12 +201,12 @@ impl EntrySource for Loaded {
 struct ShareKeys<'a> {
     source: &'a Arc<Tph>,
     hashes: RangeInclusive<u64>,
-    pairs: &'a [(u64, u64)],
+    pairs: &'a Columns,
 }
 
 impl KeySections for ShareKeys<'_> {
     fn write_key_hashes(&mut self, sink: Sink<'_>) -> Result<()> {
-        write_sorted_pairs(self.pairs, sink)
+        write_sorted_pairs(&self.pairs.h, self.pairs.h2(), sink)
     }
 
     /// Tombstones, which the piece does not hold, are passed over. The
@@ -229,15 +229,17 @@ impl KeySections for ShareKeys<'_> {
             let c = &mut pieces[top];
             if !c.is_tombstone() {
                 let key = c.key();
-                let pair = (key_hash(key), key_hash2(key));
-                let i = self.pairs.binary_search(&pair).map_err(|_| {
-                    Error::corruption(
-                        "live key of a share, in key order",
-                        "one read for its blocks",
-                        format!("{:?}", String::from_utf8_lossy(key)),
-                    )
-                    .at(self.source.head.name())
-                })?;
+                let i = self
+                    .pairs
+                    .find(key_hash(key), key_hash2(key))
+                    .ok_or_else(|| {
+                        Error::corruption(
+                            "live key of a share, in key order",
+                            "one read for its blocks",
+                            format!("{:?}", String::from_utf8_lossy(key)),
+                        )
+                        .at(self.source.head.name())
+                    })?;
                 f(key, false, i as u32)?;
             }
             c.next()?;
@@ -250,21 +252,65 @@ impl KeySections for ShareKeys<'_> {
     }
 }
 
+/// The share's pairs of key hashes, sorted, as two columns: the first is
+/// the perfect hash's input as it stands.
+struct Columns {
+    h: Vec<u64>,
+    /// The second hashes, in the memory the pairs had (the first `len`
+    /// words of it).
+    h2: Vec<[u64; 2]>,
+    len: usize,
+}
+
+impl Columns {
+    /// `pairs`, sorted, split: the second column takes the pairs' own
+    /// memory, so that the share holds two hashes an entry while its piece
+    /// is written, not three.
+    fn split(mut pairs: Vec<[u64; 2]>) -> Columns {
+        let len = pairs.len();
+        let h = pairs.iter().map(|p| p[0]).collect();
+        let words = pairs.as_flattened_mut();
+        // Word `i` is written after words up to `2i + 1` are read.
+        for i in 0..len {
+            words[i] = words[2 * i + 1];
+        }
+        pairs.truncate(len.div_ceil(2));
+        pairs.shrink_to_fit();
+        Columns { h, h2: pairs, len }
+    }
+
+    fn h2(&self) -> &[u64] {
+        &self.h2.as_flattened()[..self.len]
+    }
+
+    fn get(&self, i: usize) -> Option<(u64, u64)> {
+        Some((*self.h.get(i)?, *self.h2().get(i)?))
+    }
+
+    /// The index of the pair `(h, h2)`.
+    fn find(&self, h: u64, h2: u64) -> Option<usize> {
+        let from = self.h.partition_point(|&x| x < h);
+        let to = from + self.h[from..].partition_point(|&x| x == h);
+        let at = self.h2()[from..to].binary_search(&h2).ok()?;
+        Some(from + at)
+    }
+}
+
 /// The new TPH's keys for its global index: all in its one piece.
 struct Pairs<'a> {
-    pairs: &'a [(u64, u64)],
+    pairs: &'a Columns,
     found: u64,
 }
 
 impl<'a> Pairs<'a> {
-    fn new(pairs: &'a [(u64, u64)]) -> Pairs<'a> {
+    fn new(pairs: &'a Columns) -> Pairs<'a> {
         Pairs { pairs, found: 0 }
     }
 }
 
 impl LiveKeySource for Pairs<'_> {
     fn count(&self) -> u64 {
-        self.pairs.len() as u64
+        self.pairs.len as u64
     }
 
     fn for_each_in(
@@ -273,11 +319,10 @@ impl LiveKeySource for Pairs<'_> {
         _stats: &mut MergeStats,
         f: &mut dyn FnMut(u64, u64, u32),
     ) -> Result<()> {
-        let from = self.pairs.partition_point(|&(h, _)| h < *hashes.start());
-        for &(h, h2) in self.pairs[from..]
-            .iter()
-            .take_while(|&&(h, _)| h <= *hashes.end())
-        {
+        let hs = &self.pairs.h;
+        let from = hs.partition_point(|&h| h < *hashes.start());
+        let to = from + hs[from..].partition_point(|&h| h <= *hashes.end());
+        for (&h, &h2) in hs[from..to].iter().zip(&self.pairs.h2()[from..to]) {
             f(h, h2, 1);
             self.found += 1;
         }
@@ -293,5 +338,28 @@ impl LiveKeySource for Pairs<'_> {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_split_into_columns_keep_their_order_and_are_found_again() {
+        for len in [0usize, 1, 2, 7, 1000] {
+            // Runs of equal first hashes, as colliding keys would give.
+            let pairs: Vec<[u64; 2]> = (0..len as u64).map(|i| [i / 3, i * 7 + 1]).collect();
+            let columns = Columns::split(pairs.clone());
+            assert_eq!(columns.len, len);
+            assert!(columns.h2.capacity() <= len.div_ceil(2) + 1);
+            for (i, p) in pairs.iter().enumerate() {
+                assert_eq!(columns.get(i), Some((p[0], p[1])));
+                assert_eq!(columns.find(p[0], p[1]), Some(i));
+                assert_eq!(columns.find(p[0], p[1] + 1), None);
+            }
+            assert_eq!(columns.get(len), None);
+            assert_eq!(columns.find(u64::MAX, 0), None);
+        }
     }
 }

@@ -24,10 +24,26 @@ pub(crate) fn field(packed: &[u8], bit: u64, width: u32) -> u64 {
 #[derive(Default)]
 pub(crate) struct BitPacker {
     bytes: Vec<u8>,
+    /// Bytes before the first field.
+    prefix: usize,
     bits: u64,
 }
 
 impl BitPacker {
+    /// A packer whose fields follow `prefix` zero bytes (room for a header
+    /// written in place later), with room for about `bits` of fields, so
+    /// that a large table is not grown by doubling: each growth held the
+    /// table three times over for a moment.
+    pub(crate) fn after(prefix: usize, bits: u64) -> BitPacker {
+        let mut bytes = Vec::with_capacity(prefix + bits.div_ceil(8) as usize + 8);
+        bytes.resize(prefix, 0);
+        BitPacker {
+            bytes,
+            prefix,
+            bits: 0,
+        }
+    }
+
     /// Bits appended so far.
     pub(crate) fn bits(&self) -> u64 {
         self.bits
@@ -36,9 +52,17 @@ impl BitPacker {
     /// Appends `v`, below `2^width` (`width <=` [`MAX_FIELD_BITS`]).
     pub(crate) fn push(&mut self, v: u64, width: u32) {
         debug_assert!(width <= MAX_FIELD_BITS && v >> width == 0);
-        let at = (self.bits / 8) as usize;
+        let at = self.prefix + (self.bits / 8) as usize;
         if self.bytes.len() < at + 8 {
-            self.bytes.resize((at + 8).max(self.bytes.len() * 2), 0);
+            // Doubling within the room reserved; past it, a quarter more
+            // (not Vec's doubling, which held the old table beside one
+            // twice its size).
+            if at + 8 > self.bytes.capacity() {
+                let len = self.bytes.len();
+                self.bytes.reserve_exact((at + 8 - len).max(len / 4));
+            }
+            let doubled = (self.bytes.len() * 2).min(self.bytes.capacity());
+            self.bytes.resize((at + 8).max(doubled), 0);
         }
         let word = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
         let word = word | (v << (self.bits % 8));
@@ -46,9 +70,10 @@ impl BitPacker {
         self.bits += u64::from(width);
     }
 
-    /// The packed fields and 8 bytes of padding.
+    /// The prefix, the packed fields and 8 bytes of padding.
     pub(crate) fn finish(mut self) -> Vec<u8> {
-        self.bytes.resize(self.bits.div_ceil(8) as usize + 8, 0);
+        self.bytes
+            .resize(self.prefix + self.bits.div_ceil(8) as usize + 8, 0);
         self.bytes.shrink_to_fit();
         self.bytes
     }
@@ -80,6 +105,22 @@ mod tests {
         for &(v, w) in &fields {
             assert_eq!(field(&packed, bit, w), v);
             bit += u64::from(w);
+        }
+    }
+
+    #[test]
+    fn fields_after_a_prefix_fill_the_room_reserved_without_growing_it() {
+        let mut p = BitPacker::after(20, 13 * 1000);
+        let room = p.bytes.capacity();
+        for i in 0..1000u64 {
+            p.push(i * 7 % 8192, 13);
+        }
+        assert_eq!(p.bytes.capacity(), room);
+        let packed = p.finish();
+        assert_eq!(packed.len(), 20 + 1625 + 8);
+        assert!(packed[..20].iter().all(|&b| b == 0));
+        for i in 0..1000u64 {
+            assert_eq!(field(&packed[20..], i * 13, 13), i * 7 % 8192);
         }
     }
 }

@@ -48,6 +48,14 @@ pub(crate) enum Job {
     FoldAll(TphId),
 }
 
+/// Memory of a level-0 TPH's global index build (a flush's, or a bulk
+/// load's): chunks of about 75,000 keys, 2 MiB to peel, not 2^18 keys and
+/// 7 MiB. The build is a flush's largest table (28 bytes an entry against
+/// the list's and hashes' 16), and a flush runs at every peak of a load,
+/// its frozen memtable beside the active one; a level-0 TPH's index lives
+/// until the next level-0 merge, so its chunks' 3% more cells cost little.
+const LEVEL0_INDEX_MEMORY_BYTES: usize = 2 << 20;
+
 impl Job {
     /// What the job's new data counts as.
     fn cause(&self) -> super::stats::JobCause {
@@ -458,6 +466,8 @@ impl Inner {
         }
     }
 
+    /// A merge's context: what it writes into (`level`, `partition`) and
+    /// with what memory.
     pub(super) fn merge_context(
         &self,
         level: u32,
@@ -496,7 +506,10 @@ impl Inner {
             gc_input_bytes: None,
             fold_memory_bytes: merge_memory,
             new_number: number,
-            index_memory_bytes: merge_memory as usize,
+            index_memory_bytes: match level {
+                0 => (merge_memory as usize).min(LEVEL0_INDEX_MEMORY_BYTES),
+                _ => merge_memory as usize,
+            },
             job_memory: Some(&self.stats.job_memory),
             hashes: match level {
                 0 => 0..=u64::MAX,

@@ -76,7 +76,20 @@ impl Fuse {
         }
         let chunking = Chunking::over(&hashes, chunk_count.max(1));
         let mut chunks: Vec<Chunk> = Vec::with_capacity(chunk_count as usize);
-        let mut cells = BitPacker::default();
+        // The cells are packed where the serialized function will have
+        // them, after its header, in room for every chunk at the keys its
+        // lists are allocated for.
+        let header_len = Fuse::header_len(&chunking, chunk_count as usize);
+        let (log2_segment, segment_count) = layout(Batches::chunk_capacity(per_chunk));
+        let most_cells = Chunk {
+            offset: 0,
+            seed: 0,
+            log2_segment,
+            segment_count,
+        }
+        .cells();
+        let mut cells =
+            BitPacker::after(header_len, chunk_count * most_cells * u64::from(value_bits));
         let mut duplicate_hashes = Vec::new();
         let mut keys = 0u64;
         let mut seen = 0u64;
@@ -126,15 +139,29 @@ impl Fuse {
             )));
         }
         duplicate_hashes.sort_unstable();
+        let mut section = cells.finish();
+        let mut fuse = Fuse {
+            chunking,
+            value_bits,
+            keys,
+            chunks,
+            cells: Bytes::new(),
+        };
+        let mut header = Vec::with_capacity(header_len);
+        fuse.encode_header(&mut header);
+        if header.len() != header_len {
+            return Err(Error::Internal(format!(
+                "a fuse header of {} bytes, {header_len} expected",
+                header.len()
+            )));
+        }
+        section[..header_len].copy_from_slice(&header);
+        let section = Bytes::from(section);
+        fuse.cells = section.slice(header_len..);
         Ok(BuiltFuse {
-            fuse: Fuse {
-                chunking,
-                value_bits,
-                keys,
-                chunks,
-                cells: Bytes::from(cells.finish()),
-            },
+            fuse,
             duplicate_hashes,
+            section,
         })
     }
 }

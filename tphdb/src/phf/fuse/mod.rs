@@ -181,6 +181,17 @@ pub struct BuiltFuse {
     /// Hashes given more than once, each listed once; the function returns
     /// the value of one of their pairs.
     pub duplicate_hashes: Vec<u64>,
+    /// `fuse` serialized, sharing its cells.
+    section: Bytes,
+}
+
+impl BuiltFuse {
+    /// The function serialized ([`Fuse::encode`]'s bytes): the memory the
+    /// cells were built in, not a copy, which held a level's index twice
+    /// for a moment.
+    pub fn section(&self) -> Bytes {
+        self.section.clone()
+    }
 }
 
 impl Fuse {
@@ -249,6 +260,33 @@ impl Fuse {
 
     /// Appends the serialized form: see `docs/format.md`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_header(out);
+        out.extend_from_slice(&self.cells);
+    }
+
+    /// The hashes its chunks divide, when they are intervals of them
+    /// (format version 2): a TPH's partition.
+    pub fn hashes(&self) -> Option<RangeInclusive<u64>> {
+        match self.chunking {
+            Chunking::Interval { lo, scale } if scale > 0 && !self.chunks.is_empty() => {
+                let span = ((self.chunks.len() as u128) << 64) / u128::from(scale);
+                let end = (u128::from(lo) + span.max(1) - 1).min(u128::from(u64::MAX));
+                Some(lo..=end as u64)
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes of the serialized form before the cells.
+    fn header_len(chunking: &Chunking, chunks: usize) -> usize {
+        let chunking = match chunking {
+            Chunking::Interval { .. } => 24,
+            Chunking::Mixed { .. } => 16,
+        };
+        chunking + 12 + 16 * chunks
+    }
+
+    fn encode_header(&self, out: &mut Vec<u8>) {
         match self.chunking {
             Chunking::Interval { lo, scale } => {
                 out.put_u32(SECTION_VERSION);
@@ -269,7 +307,6 @@ impl Fuse {
             out.put_u32(c.segment_count);
             out.put_u32(c.log2_segment);
         }
-        out.extend_from_slice(&self.cells);
     }
 
     /// Loads a serialized function; the cells are used in place. Hostile

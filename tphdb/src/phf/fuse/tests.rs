@@ -132,6 +132,45 @@ fn it_round_trips_and_rejects_damage_without_panicking() {
     assert_eq!(e.get(12345), 0);
 }
 
+#[test]
+fn a_build_serializes_in_place_what_encode_writes() {
+    for (n, chunk_keys) in [
+        (0, 100),
+        (1, 100),
+        (3000, 100_000),
+        (3000, 700),
+        (20_000, 1500),
+    ] {
+        let p = pairs(n, 13, 3);
+        let mut src = |hashes: RangeInclusive<u64>, f: &mut dyn FnMut(u64, u32)| {
+            (0..p.len())
+                .filter(|&i| hashes.contains(&p[i].0))
+                .for_each(|i| f(p[i].0, i as u32));
+            Ok(())
+        };
+        let value = |_, i: u32| p[i as usize].1;
+        let all = 0..=u64::MAX;
+        let built = Fuse::build_streamed(n, 13, 5, all, &mut src, &value, chunk_keys).unwrap();
+        let mut enc = Vec::new();
+        built.fuse.encode(&mut enc);
+        assert_eq!(
+            &built.section()[..],
+            &enc[..],
+            "{n} keys, chunks of {chunk_keys}"
+        );
+        // The cells were packed in the section, not copied into it.
+        let header = enc.len() - built.fuse.cells.len();
+        assert_eq!(
+            built.section()[header..].as_ptr(),
+            built.fuse.cells.as_ptr()
+        );
+        let back = Fuse::decode(built.section()).unwrap();
+        for &(h, v) in &p {
+            assert_eq!(back.get(h), v);
+        }
+    }
+}
+
 use proptest::prelude::*;
 
 proptest! {

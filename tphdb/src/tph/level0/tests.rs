@@ -249,7 +249,7 @@ fn an_index_build_holds_one_chunk_at_a_time_whatever_its_memory() {
         assert_eq!(keys.passes, 3, "a pass a chunk");
         let one_chunk = keys_held(n, MAX_CHUNK_KEYS as usize) * BUILD_BYTES_PER_KEY as u64;
         assert!(one_chunk < 200_000 * 30, "{one_chunk}");
-        let cells = n * u64::from(meta.sig_bits + meta.piece_bits) * 11 / 80;
+        let cells = n * u64::from(meta.sig_bits + meta.piece_bits) * 12 / 80;
         assert_eq!(keys.most_seen, one_chunk + cells);
         assert_eq!(gauge.load(Relaxed), 0, "let go once built");
     });

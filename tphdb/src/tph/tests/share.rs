@@ -112,3 +112,41 @@ fn a_share_of_tombstones_alone_leaves_the_child_empty() {
     let ctx = above.context(std::slice::from_ref(&pushed));
     assert!(write_share(&ctx, &pushed, None).is_err());
 }
+
+/// Regression: a list of a TPH's live entries in a child's hashes was
+/// sized for the child's share of all hashes, not of the TPH's partition:
+/// from level 1 down a `fanout`th of what it came to hold, so that it grew
+/// by doubling, each time the old list beside one twice its size.
+#[test]
+fn a_childs_share_is_sized_for_its_part_of_the_tphs_partition() {
+    use crate::hash::key_hash;
+    let (p, partitions) = (3u64, 8u64);
+    let mut source = Harness::new(false, 16);
+    source.hashes = hashes_of_partitions(p..p + 1, partitions);
+    let keys: Vec<Vec<u8>> = (0..60_000)
+        .map(key)
+        .filter(|k| source.hashes.contains(&key_hash(k)))
+        .collect();
+    assert!(keys.len() > 6000, "{} keys", keys.len());
+    source.merge(
+        &keys
+            .iter()
+            .map(|k| (k.clone(), Some(vec![1u8; 20])))
+            .collect(),
+    );
+    let tph = source.tph.unwrap();
+    for child in p * 8..p * 8 + 8 {
+        let hashes = hashes_of_partitions(child..child + 1, partitions * 8);
+        let live = keys
+            .iter()
+            .filter(|k| hashes.contains(&key_hash(k)))
+            .count();
+        let expected = tph.expected_live_in(&hashes);
+        assert!(
+            expected >= live && expected <= live + live / 4 + 64,
+            "child {child}: {expected} expected for {live}"
+        );
+    }
+    let elsewhere = hashes_of_partitions(0..1, partitions * 8);
+    assert!(tph.expected_live_in(&elsewhere) <= 64);
+}
