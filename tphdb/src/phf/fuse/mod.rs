@@ -135,6 +135,22 @@ impl Chunking {
         }
     }
 
+    /// The hashes `count` chunks divide, as [`Chunking::over`] was given
+    /// them; `None` for mixed chunks. The end is exact where the span
+    /// divides `count << 64` (partitions of a power-of-two fanout), and
+    /// otherwise short of it by less than a `scale`th of the span, the
+    /// rounding `over` gave `scale`: near enough to size a list by.
+    fn hashes(self, count: u64) -> Option<RangeInclusive<u64>> {
+        match self {
+            Chunking::Interval { lo, scale } if scale > 0 => {
+                let span = (u128::from(count) << 64) / u128::from(scale);
+                let end = (u128::from(lo) + span.max(1) - 1).min(u128::from(u64::MAX));
+                Some(lo..=end as u64)
+            }
+            _ => None,
+        }
+    }
+
     #[inline(always)]
     fn chunk(self, h: u64, count: u64) -> u64 {
         match self {
@@ -267,13 +283,9 @@ impl Fuse {
     /// The hashes its chunks divide, when they are intervals of them
     /// (format version 2): a TPH's partition.
     pub fn hashes(&self) -> Option<RangeInclusive<u64>> {
-        match self.chunking {
-            Chunking::Interval { lo, scale } if scale > 0 && !self.chunks.is_empty() => {
-                let span = ((self.chunks.len() as u128) << 64) / u128::from(scale);
-                let end = (u128::from(lo) + span.max(1) - 1).min(u128::from(u64::MAX));
-                Some(lo..=end as u64)
-            }
-            _ => None,
+        match self.chunks.len() as u64 {
+            0 => None,
+            count => self.chunking.hashes(count),
         }
     }
 

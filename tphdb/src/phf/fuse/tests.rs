@@ -171,6 +171,31 @@ fn a_build_serializes_in_place_what_encode_writes() {
     }
 }
 
+#[test]
+fn interval_chunks_give_back_the_partition_they_divide() {
+    use crate::hash::hashes_of_partitions;
+    for partitions in [1u64, 8, 64, 4096] {
+        for p in [0, partitions / 2, partitions - 1] {
+            let hashes = hashes_of_partitions(p..p + 1, partitions);
+            for count in [1u64, 3, 16, 61] {
+                let chunking = Chunking::over(&hashes, count);
+                assert_eq!(
+                    chunking.hashes(count),
+                    Some(hashes.clone()),
+                    "{p} of {partitions}, {count} chunks"
+                );
+            }
+        }
+    }
+    // A partition of ten: short at the end by less than a scale'th.
+    let hashes = hashes_of_partitions(3..4, 10);
+    let span = |r: &RangeInclusive<u64>| r.end() - r.start() + 1;
+    let got = Chunking::over(&hashes, 1).hashes(1).unwrap();
+    assert_eq!(got.start(), hashes.start());
+    assert!(got.end() <= hashes.end() && span(&got) > span(&hashes) / 11 * 10);
+    assert_eq!(Chunking::Mixed { seed: 1 }.hashes(4), None);
+}
+
 use proptest::prelude::*;
 
 proptest! {
