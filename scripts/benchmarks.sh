@@ -31,7 +31,7 @@ out=docs/benchmarks
 work=${BENCH_DIR:-$PWD/target/bench-work}
 
 scripts/setup-peers.sh >/dev/null
-cargo build --release --features peers --bin tphdb
+cargo build --release -p tphdb-cli --features peers
 mkdir -p "$out" "$work"
 flags=()
 [[ $memory != 0 ]] && flags+=(--memory-mb "$memory")

@@ -26,4 +26,4 @@ python3 -c "import redis" 2>/dev/null || python3 -m pip install --quiet "redis>=
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 (cd "$repo/tools/pogreb-driver" && go build -o "$repo/target/pogreb-driver" .)
 
-echo "peers ready: cargo run --release --features peers --bin tphdb -- bench ycsb-c --engines tphdb,rocksdb"
+echo "peers ready: cargo build --release -p tphdb-cli --features peers && target/release/tphdb bench ycsb-c --engines tphdb,rocksdb"

@@ -4,7 +4,7 @@
 Runs `tphdb bench fillrandom` once per size (tphdb and RocksDB side by side,
 then tphdb in one-level mode), prints a table, and writes the rows as JSON
 and the curves as an SVG plot. Needs a build with `--features peers`
-(scripts/setup-peers.sh, then `cargo build --release --features peers`).
+(scripts/setup-peers.sh, then `cargo build --release -p tphdb-cli --features peers`).
 
     scripts/write_amp_curve.py --keys 1000000,4000000,16000000 \\
         --value-size 1024 --out target/write-amp-curve

@@ -83,6 +83,65 @@ fn every_engine_runs_every_workload() {
     }
 }
 
+/// Regression: the peers were linked into the `tphdb` binary, so every
+/// tphdb child of a side-by-side benchmark mapped RocksDB's, LevelDB's and
+/// the C++ runtime's libraries, 8 MB of its resident memory that a process
+/// embedding tphdb would not hold. They are linked into `tphdb-peers`
+/// only, whose children run them: neither library is a dependency of
+/// `tphdb` (named in its dynamic section), and both are of `tphdb-peers`.
+#[test]
+#[cfg(feature = "peers")]
+fn a_tphdb_child_maps_none_of_the_peers_libraries() {
+    let needs = |exe: &str, library: &str| {
+        let bytes = std::fs::read(exe).unwrap();
+        bytes
+            .windows(library.len())
+            .any(|w| w == library.as_bytes())
+    };
+    for library in ["librocksdb.so", "libleveldb.so"] {
+        assert!(
+            needs(env!("CARGO_BIN_EXE_tphdb-peers"), library),
+            "{library}"
+        );
+        assert!(!needs(env!("CARGO_BIN_EXE_tphdb"), library), "{library}");
+    }
+}
+
+/// A `tphdb` without `tphdb-peers` beside it (`cargo run --bin tphdb`
+/// builds only the one) refuses peers before anything runs, saying how to
+/// build it.
+#[test]
+#[cfg(feature = "peers")]
+fn peers_need_their_binary_beside_tphdb() {
+    let alone = tempfile::tempdir().unwrap();
+    let exe = alone.path().join("tphdb");
+    std::fs::copy(env!("CARGO_BIN_EXE_tphdb"), &exe).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(&exe)
+        .args([
+            "bench",
+            "ycsb-c",
+            "--engines",
+            "tphdb,rocksdb",
+            "--keys",
+            "2000",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("tphdb-peers") && stderr.contains("--features peers"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ycsb-c: tphdb"),
+        "ran before refusing: {stderr}"
+    );
+}
+
 #[test]
 #[cfg(not(feature = "peers"))]
 fn peers_need_the_feature() {

@@ -3,7 +3,7 @@
 pub mod child;
 mod db;
 mod disk;
-mod engines;
+pub mod engines;
 mod latency;
 mod memory;
 pub mod peer;

@@ -1,11 +1,12 @@
 //! Workloads run on several engines side by side (`--engines`): db_bench's
 //! and YCSB A–F.
 //!
-//! Each engine runs in its own child process (`tphdb bench-child`) and its
-//! own fresh directory, one after another, on the same operation stream
-//! (the streams are seeded identically). A child process per engine makes
-//! peak RSS and the bytes read and written at the OS level
-//! (`/proc/self/io`) the engine's own.
+//! Each engine runs in its own child process (`tphdb bench-child`, or
+//! `tphdb-peers bench-child` for a peer: see [`engines`]) and its own
+//! fresh directory, one after another, on the same operation stream (the
+//! streams are seeded identically). A child process per engine makes peak
+//! RSS and the bytes read and written at the OS level (`/proc/self/io`)
+//! the engine's own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -144,13 +145,17 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
     let ops = a.ops.unwrap_or(a.keys);
     // Regression: without the feature a peer's run failed in its child and
     // the table showed it as an error row, where the command should refuse.
+    let mut exes = std::collections::HashMap::new();
     for e in &a.engines {
         engines::check_available(e).map_err(|err| err.to_string())?;
+        exes.insert(
+            e.clone(),
+            engines::child_exe(e).map_err(|err| err.to_string())?,
+        );
     }
     let mut order = a.engines.clone();
     order.sort_by_key(|e| e != "tphdb");
     let tmp = super::scratch_dir(a.dir.as_deref())?;
-    let exe = std::env::current_exe()?;
     let mut report = Report::new(workload.name());
     for (k, v) in [
         ("keys", json!(a.keys)),
@@ -234,7 +239,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             }
             Ok(child.wait_with_output()?)
         };
-        let mut out = run(Command::new(&exe)
+        let mut out = run(Command::new(&exes[engine])
             .arg("bench-child")
             .arg(serde_json::to_string(&spec)?))?;
         if out.status.success() && engine == "pogreb" {

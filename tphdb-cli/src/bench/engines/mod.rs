@@ -1,29 +1,22 @@
 //! The stores `tphdb bench` compares, behind one small interface. Peers
-//! (RocksDB, LMDB, LevelDB, fjall, redb) build with the `peers` feature;
-//! see `scripts/setup-peers.sh`.
+//! (RocksDB, LMDB, LevelDB, fjall, redb, and Pogreb's recorder) build with
+//! the `peers` feature (see `scripts/setup-peers.sh`) into a binary of
+//! their own, `tphdb-peers` (`tphdb-cli/src/peers/`), which runs their
+//! child processes: a tphdb child is the `tphdb` binary, and maps none of
+//! the peers' libraries. Built into one binary, each child mapped them
+//! all, and RocksDB's and the C++ runtime's pages made 8 MB of a tphdb
+//! child's resident memory that a process embedding tphdb would not hold.
 //!
 //! Every engine runs with compression off and without a sync per write
 //! (the default of RocksDB, LevelDB and tphdb; LMDB with `NO_SYNC`, redb
 //! with `Durability::None`), so that all of them do the same work.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
 mod tphdb_engine;
-
-#[cfg(feature = "peers")]
-mod fjall_engine;
-#[cfg(feature = "peers")]
-mod leveldb_engine;
-#[cfg(feature = "peers")]
-mod lmdb_engine;
-#[cfg(feature = "peers")]
-mod pogreb_engine;
-#[cfg(feature = "peers")]
-mod redb_engine;
-#[cfg(feature = "peers")]
-mod rocksdb_engine;
 
 pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -159,28 +152,46 @@ pub fn check_available(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Opens a peer engine by name in a new directory; `None` for a name it
+/// does not know.
+pub type PeerOpen = fn(&str, &Path, &EngineConfig) -> Option<Result<Box<dyn Kv>>>;
+
+static PEERS: OnceLock<PeerOpen> = OnceLock::new();
+
+/// Lets [`open`] open the peers: called by the binary that links them.
+pub fn set_peers(open: PeerOpen) {
+    let _ = PEERS.set(open);
+}
+
+/// The binary a benchmark runs engine `name`'s child in: this one for
+/// tphdb, `tphdb-peers` beside it for the others.
+pub fn child_exe(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    if name == "tphdb" {
+        return Ok(exe);
+    }
+    let peers = exe.with_file_name(format!("tphdb-peers{}", std::env::consts::EXE_SUFFIX));
+    if peers.exists() {
+        Ok(peers)
+    } else {
+        Err(format!(
+            "engine {name} runs in {}, which is missing: build it beside tphdb with \
+             `cargo build --release -p tphdb-cli --features peers`",
+            peers.display()
+        )
+        .into())
+    }
+}
+
 /// Opens engine `name` in the new directory `dir`.
 pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> Result<Box<dyn Kv>> {
     std::fs::create_dir_all(dir)?;
-    match name {
-        "tphdb" => Ok(Box::new(tphdb_engine::Tphdb::open(dir, cfg)?)),
-        #[cfg(feature = "peers")]
-        "rocksdb" => Ok(Box::new(rocksdb_engine::Rocks::open(dir, cfg, false)?)),
-        #[cfg(feature = "peers")]
-        "rocksdb-tuned" => Ok(Box::new(rocksdb_engine::Rocks::open(dir, cfg, true)?)),
-        #[cfg(feature = "peers")]
-        "lmdb" => Ok(Box::new(lmdb_engine::Lmdb::open(dir, cfg)?)),
-        #[cfg(feature = "peers")]
-        "leveldb" => Ok(Box::new(leveldb_engine::LevelDb::open(dir, cfg)?)),
-        #[cfg(feature = "peers")]
-        "fjall" => Ok(Box::new(fjall_engine::Fjall::open(dir, cfg)?)),
-        #[cfg(feature = "peers")]
-        "redb" => Ok(Box::new(redb_engine::Redb::open(dir, cfg)?)),
-        #[cfg(feature = "peers")]
-        "pogreb" => Ok(Box::new(pogreb_engine::Recorder::open(dir, cfg)?)),
-        n => {
-            check_available(n)?;
-            Err(format!("engine {n} cannot be opened").into())
-        }
+    if name == "tphdb" {
+        return Ok(Box::new(tphdb_engine::Tphdb::open(dir, cfg)?));
+    }
+    check_available(name)?;
+    match PEERS.get().and_then(|open| open(name, dir, cfg)) {
+        Some(engine) => engine,
+        None => Err(format!("engine {name} cannot be opened by this binary").into()),
     }
 }

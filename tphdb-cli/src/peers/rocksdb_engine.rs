@@ -13,7 +13,7 @@ use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, ReadOptions,
 
 use serde_json::{json, Value};
 
-use super::{EngineConfig, Kv, Result, WriteCounters};
+use tphdb_cli::engines::{EngineConfig, Kv, Result, WriteCounters};
 
 pub struct Rocks {
     db: DB,

@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::{EngineConfig, Kv, Result};
+use tphdb_cli::engines::{EngineConfig, Kv, Result};
 
 const PUT: u8 = 1;
 const GET: u8 = 2;

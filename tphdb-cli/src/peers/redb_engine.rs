@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Builder, Database, Durability, TableDefinition};
 
-use super::{EngineConfig, Kv, Result};
+use tphdb_cli::engines::{EngineConfig, Kv, Result};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");
 

@@ -7,7 +7,7 @@ use fjall::{
     CompressionType, Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode,
 };
 
-use super::{EngineConfig, Kv, Result};
+use tphdb_cli::engines::{EngineConfig, Kv, Result};
 
 pub struct Fjall {
     keyspace: Keyspace,

@@ -6,7 +6,7 @@ use std::path::Path;
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions};
 
-use super::{EngineConfig, Kv, Result};
+use tphdb_cli::engines::{EngineConfig, Kv, Result};
 
 pub struct Lmdb {
     env: Env,

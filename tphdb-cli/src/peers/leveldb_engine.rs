@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::Path;
 
-use super::{EngineConfig, Kv, Result, WriteCounters};
+use tphdb_cli::engines::{EngineConfig, Kv, Result, WriteCounters};
 
 #[repr(C)]
 struct LdbT(c_void);
