@@ -491,3 +491,27 @@ fn concurrent_manual_compactions_lose_no_write() {
         }
     }
 }
+
+/// The slowest flush (what writes wait for once the active memtable fills
+/// before the frozen one is written) is one of the flushes counted: at
+/// most their total time, at least their average.
+#[test]
+fn stats_count_the_slowest_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DB::open(&small(), dir.path()).unwrap();
+    assert_eq!(db.stats().slowest_flush_micros, 0);
+    for round in 0..3u64 {
+        for i in 0..1000 {
+            db.put(spread_key(round * 1000 + i), [7u8; 100]).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let st = db.stats();
+    assert!(st.flushes >= 3, "{st:?}");
+    assert!(st.slowest_flush_micros > 0, "{st:?}");
+    assert!(st.slowest_flush_micros <= st.flush_micros, "{st:?}");
+    assert!(
+        st.slowest_flush_micros * st.flushes >= st.flush_micros,
+        "{st:?}"
+    );
+}

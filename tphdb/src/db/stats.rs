@@ -21,6 +21,7 @@ pub(crate) struct Stats {
     pub(crate) get_bytes_returned: AtomicU64,
     pub(crate) flushes: AtomicU64,
     pub(crate) flush_micros: AtomicU64,
+    pub(crate) slowest_flush_micros: AtomicU64,
     pub(crate) compactions: AtomicU64,
     pub(crate) compaction_micros: AtomicU64,
     /// Bytes written and read, by cause (see [`WriteBreakdown`]).
@@ -325,6 +326,9 @@ pub struct DBStats {
     pub flushes: u64,
     /// Time spent flushing.
     pub flush_micros: u64,
+    /// The longest a flush took: a frozen memtable's lifetime, for which
+    /// writes wait once the active memtable fills first.
+    pub slowest_flush_micros: u64,
     /// Compactions (including level-0 merges and push-downs).
     pub compactions: u64,
     /// Time spent compacting.
@@ -520,6 +524,7 @@ impl Inner {
             levels,
             flushes: s.flushes.load(Relaxed),
             flush_micros: s.flush_micros.load(Relaxed),
+            slowest_flush_micros: s.slowest_flush_micros.load(Relaxed),
             compactions: s.compactions.load(Relaxed),
             compaction_micros: s.compaction_micros.load(Relaxed),
             pieces_folded: s.pieces_folded.load(Relaxed),

@@ -90,9 +90,10 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "flushes {} ({} ms)  compactions {} ({} ms)  pieces folded {} dropped {}  tombstones dropped {}",
+            "flushes {} ({} ms, slowest {} ms)  compactions {} ({} ms)  pieces folded {} dropped {}  tombstones dropped {}",
             self.flushes,
             self.flush_micros / 1000,
+            self.slowest_flush_micros / 1000,
             self.compactions,
             self.compaction_micros / 1000,
             self.pieces_folded,

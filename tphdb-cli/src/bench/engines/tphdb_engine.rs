@@ -209,6 +209,10 @@ impl Kv for Tphdb {
                 json!(round(st.flush_micros as f64 / 1e6, 2)),
             ),
             (
+                "slowest_flush_seconds",
+                json!(round(st.slowest_flush_micros as f64 / 1e6, 2)),
+            ),
+            (
                 "compaction_seconds",
                 json!(round(st.compaction_micros as f64 / 1e6, 2)),
             ),

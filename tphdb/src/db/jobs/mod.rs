@@ -259,6 +259,10 @@ impl Inner {
             &self.stats.compaction_micros
         };
         spent.fetch_add(micros, Ordering::Relaxed);
+        if flush {
+            let slowest = &self.stats.slowest_flush_micros;
+            slowest.fetch_max(micros, Ordering::Relaxed);
+        }
         st.running_jobs -= 1;
         self.maybe_schedule(&mut st);
         if st.running_jobs == 0 {
