@@ -282,6 +282,7 @@ impl Db {
             job_memory_bytes,
             flushes,
             flush_micros,
+            slowest_flush_micros,
             compactions,
             compaction_micros,
             stall_micros,
