@@ -165,6 +165,11 @@ pub fn main() {
         Command::Stress(a) => stress::run(a),
         Command::CrashtestChild(a) => crashtest::child(a),
     };
+    exit_on_error(result);
+}
+
+/// A command's failure: its message on standard error, and exit status 1.
+fn exit_on_error(result: Result<(), Box<dyn std::error::Error>>) {
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -202,10 +207,7 @@ pub fn peers_main(open: engines::PeerOpen) {
         [command, spec] if command == "bench-child" => bench_child(spec),
         _ => Err("usage: tphdb-peers bench-child SPEC (run by `tphdb bench`)".into()),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    exit_on_error(result);
 }
 
 fn bench_child(spec: &str) -> Result<(), Box<dyn std::error::Error>> {

@@ -5,8 +5,13 @@
 use std::process::Command;
 
 fn bench(args: &[&str]) -> (bool, String, String) {
+    bench_with(std::path::Path::new(env!("CARGO_BIN_EXE_tphdb")), args)
+}
+
+/// A tiny `bench` run of the `tphdb` binary at `exe`.
+fn bench_with(exe: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tphdb"))
+    let out = Command::new(exe)
         .arg("bench")
         .args(args)
         .args(["--keys", "2000", "--ops", "2000", "--dir"])
@@ -116,22 +121,8 @@ fn peers_need_their_binary_beside_tphdb() {
     let alone = tempfile::tempdir().unwrap();
     let exe = alone.path().join("tphdb");
     std::fs::copy(env!("CARGO_BIN_EXE_tphdb"), &exe).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(&exe)
-        .args([
-            "bench",
-            "ycsb-c",
-            "--engines",
-            "tphdb,rocksdb",
-            "--keys",
-            "2000",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let (ok, stdout, stderr) = bench_with(&exe, &["ycsb-c", "--engines", "tphdb,rocksdb"]);
+    assert!(!ok, "{stdout}");
     assert!(
         stderr.contains("tphdb-peers") && stderr.contains("--features peers"),
         "{stderr}"

@@ -253,15 +253,13 @@ impl Inner {
         self.body_ended();
         self.resume_push_downs(&mut st);
         let micros = start.elapsed().as_micros() as u64;
-        let spent = if flush {
-            &self.stats.flush_micros
-        } else {
-            &self.stats.compaction_micros
-        };
-        spent.fetch_add(micros, Ordering::Relaxed);
         if flush {
+            self.stats.flush_micros.fetch_add(micros, Ordering::Relaxed);
             let slowest = &self.stats.slowest_flush_micros;
             slowest.fetch_max(micros, Ordering::Relaxed);
+        } else {
+            let spent = &self.stats.compaction_micros;
+            spent.fetch_add(micros, Ordering::Relaxed);
         }
         st.running_jobs -= 1;
         self.maybe_schedule(&mut st);
