@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::flush_eta::FlushProgress;
 use super::install::{discard, Change};
+use super::job_eta::JobProgress;
 use super::passes::Passes;
 use super::stats::HeldBytes;
 use super::Inner;
@@ -171,12 +171,14 @@ impl Inner {
     /// a run of values at a time ([`values_run`]: the merge's fold memory,
     /// at most 4 MiB).
     /// Each new TPH is installed once written; `change` keeps the
-    /// statistics, and the caller retires the inputs.
+    /// statistics, and the caller retires the inputs. `progress` counts
+    /// the passes, or with one pass the TPHs merged.
     pub(super) fn merge_tphs_into_level(
         &self,
         inputs: &[Arc<Tph>],
         level: u32,
         targets: Range<u64>,
+        progress: Option<&JobProgress>,
         change: &mut Change,
     ) -> Result<()> {
         let Passes { per_pass, by_shape } = Passes::plan(
@@ -192,6 +194,13 @@ impl Inner {
         // whole; several read on in each piece's key hashes.
         let mut ranges: Option<Vec<RangePasses>> =
             (passes > 1).then(|| inputs.iter().map(|_| RangePasses::default()).collect());
+        let (pass_progress, merge_progress) = match passes {
+            1 => (None, progress),
+            _ => (progress, None),
+        };
+        if let Some(p) = pass_progress {
+            p.start(passes.try_into().unwrap_or(u32::MAX));
+        }
         for pass in 0..passes {
             let lo = targets.start + pass * per_pass;
             let hi = (lo + per_pass).min(targets.end);
@@ -201,6 +210,9 @@ impl Inner {
                 let share = self.write_share_into(level, lo, &inputs[0], r, change);
                 if let Some(n) = share.inspect_err(|_| discard(change))? {
                     found[0] += n;
+                    if let Some(p) = pass_progress {
+                        p.part_done();
+                    }
                     continue;
                 }
             }
@@ -222,7 +234,11 @@ impl Inner {
             let lists = lists.inspect_err(|_| discard(change))?;
             let held: u64 = lists.iter().map(Written::list_memory).sum();
             let _held = HeldBytes::new(&self.stats, held);
-            self.merge_into_level(level, newest_first(lists), inputs, true, None, change)?;
+            let lists = newest_first(lists);
+            self.merge_into_level(level, lists, inputs, true, merge_progress, change)?;
+            if let Some(p) = pass_progress {
+                p.part_done();
+            }
         }
         for (i, t) in inputs.iter().enumerate() {
             let finished = match ranges.as_mut() {
@@ -298,15 +314,16 @@ impl Inner {
     /// see elsewhere (frozen memtables, level 0, the TPH pushed down): the
     /// version between the edits reads the same, and a crash between them
     /// leaves copies that the next merge of the same entries replaces.
-    /// Entries held by shape are read again from `inputs`. A flush counts
-    /// the TPHs merged in `progress`.
+    /// Entries held by shape are read again from `inputs`. A flush (and a
+    /// level-0 compaction of one pass) counts the TPHs merged in
+    /// `progress`.
     pub(super) fn merge_into_level(
         &self,
         level: u32,
         delta: Vec<Written>,
         inputs: &[Arc<Tph>],
         install_each: bool,
-        progress: Option<&FlushProgress>,
+        progress: Option<&JobProgress>,
         change: &mut Change,
     ) -> Result<()> {
         let (partitions, bottom) = {

@@ -10,10 +10,10 @@
 mod checkpoint;
 mod delta;
 mod explain;
-mod flush_eta;
 mod ingest;
 mod install;
 mod iter;
+mod job_eta;
 mod jobs;
 pub(crate) mod open;
 mod options;
@@ -75,7 +75,10 @@ pub(crate) struct State {
     /// The oldest frozen memtables a running flush writes out.
     pub(crate) flushing_memtables: usize,
     /// When the running flush started, and how long flushes take.
-    pub(crate) flush_eta: flush_eta::FlushEta,
+    pub(crate) flush_eta: job_eta::JobEta,
+    /// When the running level-0 compaction started, and how long they
+    /// take a level-0 TPH.
+    pub(crate) level0_eta: job_eta::JobEta,
     /// Jobs started and not ended, parked push-downs included.
     pub(crate) running_jobs: usize,
     /// Set by `compact_range` so that no job starts while it works.
@@ -161,7 +164,9 @@ pub(crate) struct Inner {
     /// with the WAL lock held.
     pub(crate) write_delay: Mutex<write_delay::WriteDelay>,
     /// The running flush's parts done, for its end's estimate.
-    pub(crate) flush_progress: flush_eta::FlushProgress,
+    pub(crate) flush_progress: job_eta::JobProgress,
+    /// The running level-0 compaction's parts done, likewise.
+    pub(crate) level0_progress: job_eta::JobProgress,
     pub(crate) pool: rayon::ThreadPool,
     /// With `CompactionPriority::LowWithoutWrites`, the compactions that
     /// start once writes stopped run here instead.

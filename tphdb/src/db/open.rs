@@ -100,6 +100,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         push_downs: Default::default(),
         flushing_memtables: 0,
         flush_eta: Default::default(),
+        level0_eta: Default::default(),
         running_jobs: 0,
         manual: false,
         bg_error: None,
@@ -149,6 +150,7 @@ pub(crate) fn open(opts: &Options, dir: &Path, read_only: bool) -> Result<Arc<In
         },
         piece_options: piece_options(&opts),
         flush_progress: Default::default(),
+        level0_progress: Default::default(),
         write_delay: Mutex::new(super::write_delay::WriteDelay::new(
             opts.delayed_write_rate_bytes,
         )),

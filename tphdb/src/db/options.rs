@@ -111,10 +111,12 @@ pub struct Options {
     pub tph_target_bytes: u64,
     /// Level-0 TPHs that trigger a compaction into level 1 (4).
     pub l0_compaction_trigger: usize,
-    /// Level-0 TPHs at which writes are paced (12): at a rate that falls
-    /// while level 0 grows (by 0.8 per TPH, and by 0.6 more one TPH short
-    /// of `l0_stop_trigger`) and rises while it shrinks, so that writes
-    /// slow smoothly rather than stop (RocksDB's rule). See
+    /// Level-0 TPHs at which writes are paced (12), so that they slow
+    /// smoothly rather than stop: while a level-0 compaction runs and its
+    /// end is known, at the rate that leaves level 0 one TPH short of
+    /// `l0_stop_trigger` when it ends; otherwise at a rate that falls while
+    /// level 0 grows (by 0.8 per TPH, and by 0.6 more one TPH short of
+    /// `l0_stop_trigger`) and rises while it shrinks (RocksDB's rule). See
     /// `delayed_write_rate_bytes`.
     pub l0_slowdown_trigger: usize,
     /// Level-0 TPHs at which writes wait for compaction (20).

@@ -68,7 +68,7 @@ impl Inner {
         let fanout = self.current_version().layout.fanout;
         let children = id.partition * fanout..(id.partition + 1) * fanout;
         let inputs = std::slice::from_ref(source);
-        self.merge_tphs_into_level(inputs, id.level + 1, children, change)?;
+        self.merge_tphs_into_level(inputs, id.level + 1, children, None, change)?;
         {
             let mut st = self.state.lock();
             if !alone && !st.running.take_source(id) {

@@ -15,7 +15,7 @@ use parking_lot::Condvar;
 
 use super::stats::Stall;
 use super::write_delay::MemtablePace;
-use super::{flush_eta, write_delay, Inner, SyncPolicy, WriteOptions};
+use super::{job_eta, write_delay, Inner, SyncPolicy, WriteOptions};
 use crate::batch::WriteBatch;
 use crate::compaction;
 use crate::error::{Error, Result};
@@ -301,20 +301,30 @@ impl Inner {
                 // Frozen memtables the running flush does not hold.
                 let waiting = st.imms.len().saturating_sub(st.flushing_memtables);
                 let memtable = self.memtable_pace(&st, active_bytes, max_imms, waiting > 0);
-                let (jobs, near_stop) = if opts.one_level {
+                let (jobs, near_stop, level0) = if opts.one_level {
                     let due =
                         compaction::level1_due(st.current(), opts.tph_target_bytes, &st.running);
                     let backlog =
                         compaction::one_level_backlog(waiting, due, opts.background_threads);
-                    (backlog, st.imms.len() >= max_imms)
+                    (backlog, st.imms.len() >= max_imms, None)
                 } else {
                     let backlog = (l0 >= opts.l0_slowdown_trigger).then_some(l0);
-                    (backlog, l0 + 1 >= opts.l0_stop_trigger)
+                    let near_stop = l0 + 1 >= opts.l0_stop_trigger;
+                    // The running level-0 compaction's end, when known,
+                    // paces writes in place of the backlog's steps.
+                    match backlog.and_then(|_| self.level0_fill_rate(&st, l0, active_bytes)) {
+                        Some(rate) if !near_stop => (None, false, Some(rate)),
+                        _ => (backlog, near_stop, None),
+                    }
                 };
-                let wait =
-                    self.write_delay
-                        .lock()
-                        .delay(jobs, near_stop, memtable, bytes, Instant::now());
+                let wait = self.write_delay.lock().delay(
+                    jobs,
+                    near_stop,
+                    memtable,
+                    level0,
+                    bytes,
+                    Instant::now(),
+                );
                 if !wait.is_zero() {
                     drop(st);
                     self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
@@ -359,7 +369,7 @@ impl Inner {
         match left {
             Some(left) => {
                 let room = opts.write_buffer_bytes.saturating_sub(active_bytes);
-                MemtablePace::Until(flush_eta::fill_rate(room, left))
+                MemtablePace::Until(job_eta::fill_rate(room, left))
             }
             None => MemtablePace::Steps(write_delay::memtable_backlog(
                 active_bytes,
@@ -368,6 +378,28 @@ impl Inner {
                 max_imms,
             )),
         }
+    }
+
+    /// The rate in bytes a second at which writes fill the memtables so
+    /// that level 0, `l0` TPHs deep, is one short of its stop trigger no
+    /// sooner than the running level-0 compaction ends: a pace that never
+    /// stops writes. The backlog's steps slowed writes by 0.8 a TPH however
+    /// soon the compaction would end, to 0.41 of their rate 15 TPHs deep.
+    /// `None` when no level-0 compaction runs, nothing says when it ends,
+    /// or level 0 is that deep already.
+    fn level0_fill_rate(&self, st: &super::State, l0: usize, active_bytes: usize) -> Option<f64> {
+        let opts = &self.opts;
+        let left = st
+            .level0_eta
+            .running_left(&self.level0_progress, Instant::now())?;
+        let room = job_eta::level0_room(
+            l0,
+            st.imms.len(),
+            opts.l0_stop_trigger,
+            opts.write_buffer_bytes,
+            active_bytes,
+        )?;
+        Some(job_eta::fill_rate(room, left))
     }
 
     /// Freezes the memtable and starts a new WAL. The old WAL is not synced

@@ -23,7 +23,7 @@ const MEASURE: Duration = Duration::from_secs(1);
 
 /// The active memtable's share of `write_buffer_bytes` past which writes
 /// slow while every frozen memtable slot is taken (a flush still runs) and
-/// nothing says when that flush ends (`db/flush_eta.rs`). Filling the last
+/// nothing says when that flush ends (`db/job_eta.rs`). Filling the last
 /// quarter at a falling rate gives a slow flush time to end before writes
 /// must stop for it: at 16M keys of 1 KiB, a flush that took more than the
 /// 0.85 s a memtable took to fill stopped writes for most of a second,
@@ -37,7 +37,7 @@ const MEMTABLE_STEPS: usize = 4;
 /// [`WriteDelay::delay`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum MemtablePace {
-    /// The flush it waits for ends in a known time (`db/flush_eta.rs`):
+    /// The flush it waits for ends in a known time (`db/job_eta.rs`):
     /// fill no faster than this many bytes a second, the room left over
     /// that time, so that it is full no sooner. At or above the rate writes
     /// run at, it does not slow them.
@@ -135,12 +135,15 @@ impl WriteDelay {
     /// the jobs are behind (level 0's count past its slowdown trigger, or
     /// one-level mode's backlog; `None` when they do not slow writes), and
     /// `near_stop` says it is one step from stopping writes; `memtable` is
-    /// how the active memtable paces them.
+    /// how the active memtable paces them, and `level0` the rate at which
+    /// memtables may fill while the running level-0 compaction frees room
+    /// (`db/job_eta.rs`; the backlog is then `None`).
     pub(crate) fn delay(
         &mut self,
         backlog: Option<usize>,
         near_stop: bool,
         memtable: MemtablePace,
+        level0: Option<f64>,
         bytes: u64,
         now: Instant,
     ) -> Duration {
@@ -149,8 +152,13 @@ impl WriteDelay {
         let running_at = self.recent_rate.unwrap_or(self.max_rate);
         let (steps, until) = match memtable {
             MemtablePace::Steps(s) => (s, None),
-            MemtablePace::Until(r) => (0, (r < running_at).then_some(r)),
+            MemtablePace::Until(r) => (0, Some(r)),
         };
+        let until = [until, level0]
+            .into_iter()
+            .flatten()
+            .filter(|&r| r < running_at)
+            .reduce(f64::min);
         if backlog.is_none() && steps == 0 && until.is_none() {
             self.slowed = false;
             self.last_backlog = None;
@@ -241,7 +249,14 @@ mod tests {
         bytes: u64,
     ) {
         for ms in ms {
-            d.delay(None, false, NONE, bytes, start + Duration::from_millis(ms));
+            d.delay(
+                None,
+                false,
+                NONE,
+                None,
+                bytes,
+                start + Duration::from_millis(ms),
+            );
         }
     }
 
@@ -252,7 +267,7 @@ mod tests {
         let mut now = start;
         let mut written = 0u64;
         while (now - start).as_secs_f64() < seconds {
-            now += d.delay(Some(backlog), false, NONE, bytes, now);
+            now += d.delay(Some(backlog), false, NONE, None, bytes, now);
             written += bytes;
         }
         written as f64 / (now - start).as_secs_f64()
@@ -262,7 +277,7 @@ mod tests {
     fn slowed_writes_run_at_the_rate() {
         let mut d = WriteDelay::new(1 << 20);
         assert_eq!(
-            d.delay(None, false, NONE, 1 << 30, Instant::now()),
+            d.delay(None, false, NONE, None, 1 << 30, Instant::now()),
             Duration::ZERO
         );
         // Nothing measured yet: 0.8 of the option.
@@ -277,13 +292,13 @@ mod tests {
         // 8000 KiB/s unslowed for two seconds.
         write_unslowed(&mut d, start, 0..2000, 8 << 10);
         let now = start + Duration::from_secs(2);
-        d.delay(Some(12), false, NONE, 1, now);
+        d.delay(Some(12), false, NONE, None, 1, now);
         let rate = d.rate_bytes_per_sec() / 1024.0;
         assert!((rate - 8000.0 * 0.8).abs() < 20.0, "{rate}");
         // Never above the option, however fast writes ran.
         let mut d = WriteDelay::new(1 << 20);
         write_unslowed(&mut d, start, 0..2000, 8 << 10);
-        d.delay(Some(12), false, NONE, 1, now);
+        d.delay(Some(12), false, NONE, None, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), (1 << 20) as f64);
     }
 
@@ -291,31 +306,34 @@ mod tests {
     fn the_rate_falls_while_the_backlog_grows_and_recovers_after() {
         let mut d = WriteDelay::new(16 << 20);
         let now = Instant::now();
-        d.delay(Some(12), false, NONE, 1, now);
+        d.delay(Some(12), false, NONE, None, 1, now);
         let first = d.rate_bytes_per_sec();
         assert_eq!(
             first,
             16.0 * 1048576.0 * 0.8,
             "no measured rate: the option's"
         );
-        d.delay(Some(13), false, NONE, 1, now);
-        d.delay(Some(14), false, NONE, 1, now);
+        d.delay(Some(13), false, NONE, None, 1, now);
+        d.delay(Some(14), false, NONE, None, 1, now);
         let slowed = d.rate_bytes_per_sec();
         assert!((slowed - first * 0.64).abs() < 1.0, "{slowed}");
-        d.delay(Some(19), true, NONE, 1, now);
+        d.delay(Some(19), true, NONE, None, 1, now);
         assert!(d.rate_bytes_per_sec() < slowed * 0.5);
         for backlog in (10..19).rev() {
-            d.delay(Some(backlog), false, NONE, 1, now);
+            d.delay(Some(backlog), false, NONE, None, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), (16 << 20) as f64);
         // Never below the floor, however long the backlog grows.
         for backlog in 20..200 {
-            d.delay(Some(backlog), true, NONE, 1, now);
+            d.delay(Some(backlog), true, NONE, None, 1, now);
         }
         assert_eq!(d.rate_bytes_per_sec(), MIN_RATE_BYTES_PER_SEC);
         // Once writes need not slow, the next slowdown starts afresh.
-        assert_eq!(d.delay(None, false, NONE, 1 << 30, now), Duration::ZERO);
-        d.delay(Some(12), false, NONE, 1, now);
+        assert_eq!(
+            d.delay(None, false, NONE, None, 1 << 30, now),
+            Duration::ZERO
+        );
+        d.delay(Some(12), false, NONE, None, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), first);
     }
 
@@ -344,19 +362,19 @@ mod tests {
     fn memtables_filling_under_a_level0_backlog_leave_its_rate_as_it_was() {
         let mut d = WriteDelay::new(16 << 20);
         let now = Instant::now();
-        d.delay(Some(12), false, NONE, 1, now);
+        d.delay(Some(12), false, NONE, None, 1, now);
         let rate = d.rate_bytes_per_sec();
         for _memtable in 0..10 {
             for steps in 0..=MEMTABLE_STEPS {
-                d.delay(Some(12), false, MemtablePace::Steps(steps), 1, now);
+                d.delay(Some(12), false, MemtablePace::Steps(steps), None, 1, now);
             }
         }
-        d.delay(Some(12), false, NONE, 1, now);
+        d.delay(Some(12), false, NONE, None, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), rate);
         // Level 0 caught up while the memtable paces: from the start again.
-        d.delay(Some(13), false, NONE, 1, now);
+        d.delay(Some(13), false, NONE, None, 1, now);
         assert!(d.rate_bytes_per_sec() < rate);
-        d.delay(None, false, MemtablePace::Steps(2), 1, now);
+        d.delay(None, false, MemtablePace::Steps(2), None, 1, now);
         assert_eq!(d.rate_bytes_per_sec(), rate);
     }
 
@@ -376,7 +394,7 @@ mod tests {
         let paced_from = now;
         while active < buffer {
             let steps = memtable_backlog(active as usize, buffer as usize, 1, 1);
-            now += d.delay(None, false, MemtablePace::Steps(steps), write, now);
+            now += d.delay(None, false, MemtablePace::Steps(steps), None, write, now);
             active += write;
         }
         let paced = (now - paced_from).as_secs_f64();
@@ -395,27 +413,62 @@ mod tests {
         write_unslowed(&mut d, start, 0..=1000, 64 << 10);
         let mut now = start + Duration::from_secs(1);
         let above = MemtablePace::Until(100.0 * 1048576.0);
-        assert_eq!(d.delay(None, false, above, 64 << 10, now), Duration::ZERO);
+        assert_eq!(
+            d.delay(None, false, above, None, 64 << 10, now),
+            Duration::ZERO
+        );
         let until = MemtablePace::Until(16.0 * 1048576.0);
-        let from = now;
-        let mut written = 0u64;
-        while now - from < Duration::from_secs(2) {
-            now += d.delay(None, false, until, 64 << 10, now);
-            written += 64 << 10;
-        }
-        let rate = written as f64 / (now - from).as_secs_f64() / 1048576.0;
+        let rate = mib_per_sec_over_2s(&mut d, &mut now, None, until, None);
         assert!((rate - 16.0).abs() < 0.5, "{rate} MiB/s");
         // Under a level-0 backlog too, the slower of the two.
-        let slowed = d.delay(Some(12), false, until, 1, now);
+        let slowed = d.delay(Some(12), false, until, None, 1, now);
         assert!(d.rate_bytes_per_sec() > 16.0 * 1048576.0, "{slowed:?}");
-        let from = now;
+        let rate = mib_per_sec_over_2s(&mut d, &mut now, Some(12), until, None);
+        assert!((rate - 16.0).abs() < 0.5, "{rate} MiB/s");
+    }
+
+    /// The MiB a second 64 KiB writes run at for two seconds from `now`,
+    /// as often as the delay lets them; `now` ends where they do.
+    fn mib_per_sec_over_2s(
+        d: &mut WriteDelay,
+        now: &mut Instant,
+        backlog: Option<usize>,
+        memtable: MemtablePace,
+        level0: Option<f64>,
+    ) -> f64 {
+        let from = *now;
         let mut written = 0u64;
-        while now - from < Duration::from_secs(2) {
-            now += d.delay(Some(12), false, until, 64 << 10, now);
+        while *now - from < Duration::from_secs(2) {
+            *now += d.delay(backlog, false, memtable, level0, 64 << 10, *now);
             written += 64 << 10;
         }
-        let rate = written as f64 / (now - from).as_secs_f64() / 1048576.0;
-        assert!((rate - 16.0).abs() < 0.5, "{rate} MiB/s");
+        written as f64 / (*now - from).as_secs_f64() / 1048576.0
+    }
+
+    /// Level 0 past its slowdown trigger with the running level-0
+    /// compaction's end known: writes run at the rate that fills the room
+    /// left below the stop by then, not a backlog step below theirs, and
+    /// at the slower of it and the memtable's rate.
+    #[test]
+    fn a_level0_fill_rate_paces_writes_at_it() {
+        let mut d = WriteDelay::new(1 << 30);
+        let start = Instant::now();
+        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
+        let mut now = start + Duration::from_secs(1);
+        let mib = 1048576.0;
+        // Above the 64 MiB/s writes run at: unslowed.
+        let wait = d.delay(None, false, NONE, Some(100.0 * mib), 64 << 10, now);
+        assert_eq!(wait, Duration::ZERO);
+        let rate_at = |d: &mut WriteDelay, now: &mut Instant, memtable, level0| {
+            mib_per_sec_over_2s(d, now, None, memtable, level0)
+        };
+        let rate = rate_at(&mut d, &mut now, NONE, Some(48.0 * mib));
+        assert!((rate - 48.0).abs() < 1.0, "{rate} MiB/s");
+        let memtable = MemtablePace::Until(24.0 * mib);
+        let rate = rate_at(&mut d, &mut now, memtable, Some(48.0 * mib));
+        assert!((rate - 24.0).abs() < 1.0, "{rate} MiB/s");
+        let rate = rate_at(&mut d, &mut now, NONE, Some(32.0 * mib));
+        assert!((rate - 32.0).abs() < 1.0, "{rate} MiB/s");
     }
 
     #[test]
@@ -423,7 +476,7 @@ mod tests {
         let mut d = WriteDelay::new(1 << 20);
         let now = Instant::now();
         // 4 MiB at 0.8 MiB/s.
-        let wait = d.delay(Some(12), false, NONE, 4 << 20, now);
+        let wait = d.delay(Some(12), false, NONE, None, 4 << 20, now);
         assert!(
             wait >= Duration::from_millis(4900) && wait <= Duration::from_millis(5100),
             "{wait:?}"

@@ -173,11 +173,15 @@ impl Inner {
         Some(match work {
             Work::Flush => {
                 st.flushing_memtables = st.imms.len();
-                st.flush_eta.started(Instant::now());
+                st.flush_eta.started(Instant::now(), 1);
                 self.flush_progress.clear();
                 Job::Flush(st.imms.iter().cloned().collect())
             }
-            Work::L0ToL1(heads) => Job::L0ToL1(heads),
+            Work::L0ToL1(heads) => {
+                st.level0_eta.started(Instant::now(), heads.len());
+                self.level0_progress.clear();
+                Job::L0ToL1(heads)
+            }
             Work::PushDown(id) => {
                 let source = source?;
                 st.push_downs.start(id, &source);
@@ -227,6 +231,7 @@ impl Inner {
             self.bound_pinned_memtables(mems);
         }
         let (work, flush) = (job.work(), matches!(job, Job::Flush(_)));
+        let level0 = matches!(job, Job::L0ToL1(_));
         // Likewise its inputs (a push-down's TPH): the deferred list then
         // holds the last reference to each replaced piece, and the edit
         // that releases it deletes the file before anyone sees the job end.
@@ -242,6 +247,9 @@ impl Inner {
         if flush {
             st.flushing_memtables = 0;
             st.flush_eta.ended(Instant::now(), result.is_ok());
+        }
+        if level0 {
+            st.level0_eta.ended(Instant::now(), result.is_ok());
         }
         if let Some(work) = work {
             let fanout = st.current().layout.fanout;
@@ -372,7 +380,8 @@ impl Inner {
                     let inputs = v.l0.iter().filter(|t| heads.contains(&t.head_number()));
                     (inputs.cloned().collect(), 0..v.partitions(1))
                 };
-                self.merge_tphs_into_level(&inputs, 1, all, &mut change)?;
+                let progress = Some(&self.level0_progress);
+                self.merge_tphs_into_level(&inputs, 1, all, progress, &mut change)?;
                 for t in &inputs {
                     change.edit.remove_l0.push(t.head_number());
                     change.retire(t);

@@ -186,6 +186,42 @@ fn a_level0_compaction_installs_each_level1_tph_as_it_writes_it() {
     }
 }
 
+/// Level-0 compactions record how long they take a TPH and count their
+/// parts as they go, as flushes do: what paces writes while level 0 is
+/// past its slowdown trigger (`db/job_eta.rs`).
+#[test]
+fn level0_compactions_record_their_time_and_count_their_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        write_buffer_bytes: 256 << 10,
+        tph_target_bytes: 1 << 20,
+        fanout: 4,
+        l0_compaction_trigger: 2,
+        ..Options::default()
+    };
+    let db = DB::open(&opts, dir.path()).unwrap();
+    for i in 0..40_000u64 {
+        let key = i.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
+        db.put(key, [7u8; 100]).unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    assert!(db.stats().compactions > 0);
+    let st = db.inner.state.lock();
+    assert!(st.flush_eta.typical().is_some(), "flushes timed");
+    assert!(
+        st.level0_eta.typical().is_some(),
+        "level-0 compactions timed"
+    );
+    let (done, parts) = db.inner.level0_progress.get();
+    assert!(
+        parts > 0 && done == parts,
+        "{done} of {parts} parts counted"
+    );
+    let now = std::time::Instant::now();
+    let progress = &db.inner.level0_progress;
+    assert_eq!(st.level0_eta.running_left(progress, now), None, "none runs");
+}
+
 /// Under `LowWithoutWrites`, the low-priority pool's threads are nice 19
 /// in the `SCHED_IDLE` class; the normal pool's keep the caller's class.
 /// Under `Low`, the normal pool is nice 19 but not idle: it runs under
