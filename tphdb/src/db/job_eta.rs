@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 /// Weight of the latest job in the typical duration.
 const LATEST_WEIGHT: f64 = 0.3;
-/// The shortest time left a flush is given: one about to end does not
-/// make writes wait.
+/// The shortest time left a job is given: one about to end does not make
+/// writes wait.
 const MIN_LEFT: Duration = Duration::from_millis(1);
 
 /// The running job's parts, done and in all, packed in one word so that a
@@ -100,15 +100,15 @@ impl JobEta {
             (done, parts) if done > 0 && parts >= done => {
                 elapsed.mul_f64(f64::from(parts - done) / f64::from(done))
             }
-            _ => (self.typical? * units).checked_sub(elapsed)?,
+            _ => self.typical?.checked_mul(units)?.checked_sub(elapsed)?,
         };
         Some(left.max(MIN_LEFT))
     }
 
     /// How long until the memtables a flush holds or waits for are
-    /// flushed, at `now`; `waiting` is whether some frozen memtable waits
-    /// for the next flush. `None` when nothing says.
-    /// A flush is one unit.
+    /// flushed, at `now` (flushes being of one unit); `waiting` is whether
+    /// some frozen memtable waits for the next flush. `None` when nothing
+    /// says.
     pub(crate) fn left(
         &self,
         progress: &JobProgress,
