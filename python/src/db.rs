@@ -288,6 +288,10 @@ impl Db {
             stall_micros,
             memtable_stall_micros,
             level0_stall_micros,
+            paced_level0_micros,
+            paced_level0_compaction_micros,
+            paced_memtable_micros,
+            paced_one_level_micros,
             open_micros
         );
         d.set_item("levels", s.levels.len())?;

@@ -123,6 +123,8 @@ def test_ingest_checkpoint_stats_and_reopen(tmp_path):
         stats = d.stats()
         assert stats["writes"] >= 50000 and stats["index_bytes_per_key"] > 0
         assert 0 <= stats["slowest_flush_micros"] <= stats["flush_micros"]
+        paced = ("level0", "level0_compaction", "memtable", "one_level")
+        assert sum(stats[f"paced_{p}_micros"] for p in paced) <= stats["stall_micros"]
         assert int(d.property("tphdb.estimate-num-keys")) > 0
     with tphdb.DB(tmp_path / "copy", read_only=True) as c:
         assert c[b"after"] == b"load"

@@ -173,10 +173,15 @@ fn writes_past_the_slowdown_trigger_are_paced_at_the_delayed_rate() {
     for i in 0..64u32 {
         db.put(i.to_be_bytes(), &value).unwrap();
     }
-    let paced_micros = db.stats().stall_micros - before;
+    let st = db.stats();
+    let paced_micros = st.stall_micros - before;
     // 256 KB at 0.8 MiB/s: about 0.3 s (sleeps only overshoot), where a
     // millisecond per write was 64 ms.
     assert!(paced_micros >= 250_000, "{paced_micros} us paced");
+    // No level-0 compaction runs: level 0's steps paced them all.
+    assert_eq!(st.paced_level0_micros, st.stall_micros, "{st:?}");
+    let others = st.paced_level0_compaction_micros + st.paced_memtable_micros;
+    assert_eq!(others + st.paced_one_level_micros, 0, "{st:?}");
     assert!(started.elapsed().as_secs_f64() < 5.0);
     assert_eq!(
         db.get(63u32.to_be_bytes()).unwrap().as_deref(),
@@ -190,7 +195,7 @@ fn writes_past_the_slowdown_trigger_are_paced_at_the_delayed_rate() {
 /// the median rate). Its last quarter is now written at a falling rate,
 /// which gives a slow flush time to end. Here the flush never ends (out of
 /// space, retried after a backoff) and none has ended before, so nothing
-/// says when it will (`db/flush_eta.rs`): writes are paced from three
+/// says when it will (`db/job_eta.rs`): writes are paced from three
 /// quarters on, and none stops before the memtable is full.
 #[test]
 fn the_last_quarter_of_a_memtable_is_paced_while_its_flush_runs() {
@@ -243,6 +248,7 @@ fn the_last_quarter_of_a_memtable_is_paced_while_its_flush_runs() {
     let took = paced_from.elapsed();
     assert!(took.as_millis() >= 250, "{took:?} for three sixteenths");
     assert!(s.stall_micros > 0, "paced");
+    assert_eq!(s.paced_memtable_micros, s.stall_micros, "for the flush");
     assert_eq!(
         db.get(0u32.to_be_bytes()).unwrap().as_deref(),
         Some(&value[..])

@@ -48,6 +48,8 @@ pub(crate) struct Stats {
     pub(crate) stall_micros: AtomicU64,
     pub(crate) memtable_stall_micros: AtomicU64,
     pub(crate) level0_stall_micros: AtomicU64,
+    /// Paced time by [`Pacer`], in its order.
+    pub(crate) paced_micros: [AtomicU64; 4],
     /// Writers in a stall or a delay now: writes are not idle while they
     /// wait, whatever the count of writes does.
     pub(crate) writers_stalled: AtomicU64,
@@ -80,7 +82,21 @@ pub(crate) enum Stall {
     /// Level 0 reached `l0_stop_trigger`: writes stopped for its merge.
     Level0,
     /// Writes were paced (`db/write_delay.rs`).
-    Delay,
+    Paced(Pacer),
+}
+
+/// What paced a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pacer {
+    /// Level 0 past `l0_slowdown_trigger`, by its depth's steps.
+    Level0Steps = 0,
+    /// Level 0 past `l0_slowdown_trigger`, by the room it has before the
+    /// running level-0 compaction ends.
+    Level0Compaction = 1,
+    /// The active memtable, for the flush that frees a frozen slot.
+    Memtable = 2,
+    /// One-level mode's backlog of frozen memtables and due TPHs.
+    OneLevel = 3,
 }
 
 impl Stats {
@@ -91,7 +107,7 @@ impl Stats {
         let by_cause = match cause {
             Stall::Memtables => &self.memtable_stall_micros,
             Stall::Level0 => &self.level0_stall_micros,
-            Stall::Delay => return,
+            Stall::Paced(p) => &self.paced_micros[p as usize],
         };
         by_cause.fetch_add(micros, Relaxed);
     }
@@ -370,6 +386,18 @@ pub struct DBStats {
     pub memtable_stall_micros: u64,
     /// Of `stall_micros`, writes stopped at `l0_stop_trigger`.
     pub level0_stall_micros: u64,
+    /// Of `stall_micros`, writes paced while level 0 was past
+    /// `l0_slowdown_trigger`, at the rate its depth's steps left
+    /// (RocksDB's level-0 slowdown).
+    pub paced_level0_micros: u64,
+    /// Of `stall_micros`, writes paced to the room level 0 had before the
+    /// running level-0 compaction's end.
+    pub paced_level0_compaction_micros: u64,
+    /// Of `stall_micros`, writes paced while every frozen memtable waited
+    /// for its flush (RocksDB's memtable slowdown).
+    pub paced_memtable_micros: u64,
+    /// Of `stall_micros`, writes paced for one-level mode's backlog.
+    pub paced_one_level_micros: u64,
     /// Time the last open took.
     pub open_micros: u64,
     /// WAL batches replayed at open.
@@ -540,6 +568,11 @@ impl Inner {
             stall_micros: s.stall_micros.load(Relaxed),
             memtable_stall_micros: s.memtable_stall_micros.load(Relaxed),
             level0_stall_micros: s.level0_stall_micros.load(Relaxed),
+            paced_level0_micros: s.paced_micros[Pacer::Level0Steps as usize].load(Relaxed),
+            paced_level0_compaction_micros: s.paced_micros[Pacer::Level0Compaction as usize]
+                .load(Relaxed),
+            paced_memtable_micros: s.paced_micros[Pacer::Memtable as usize].load(Relaxed),
+            paced_one_level_micros: s.paced_micros[Pacer::OneLevel as usize].load(Relaxed),
             open_micros: s.open_micros.load(Relaxed),
             wal_replayed_batches: s.wal_replayed_batches.load(Relaxed),
             wal_dropped_bytes: s.wal_dropped_bytes.load(Relaxed),

@@ -113,11 +113,15 @@ impl DBStats {
         );
         let _ = writeln!(
             s,
-            "stalls {} ms (memtables full {}, level 0 at its stop {}, paced {})  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
+            "stalls {} ms (memtables full {}, level 0 at its stop {}, paced {}: level 0's steps {}, to its compaction's end {}, to a flush's end {}, one-level backlog {})  wal {} batch bytes, {} syncs  open {} ms (replayed {} batches, dropped {} bytes, skipped {} WALs, {} files to lost/)",
             self.stall_micros / 1000,
             self.memtable_stall_micros / 1000,
             self.level0_stall_micros / 1000,
             self.stall_micros.saturating_sub(self.memtable_stall_micros + self.level0_stall_micros) / 1000,
+            self.paced_level0_micros / 1000,
+            self.paced_level0_compaction_micros / 1000,
+            self.paced_memtable_micros / 1000,
+            self.paced_one_level_micros / 1000,
             self.wal_bytes,
             self.wal_syncs,
             self.open_micros / 1000,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Condvar;
 
-use super::stats::Stall;
-use super::write_delay::MemtablePace;
+use super::stats::{Pacer, Stall};
+use super::write_delay::{MemtablePace, PacedBy};
 use super::{job_eta, write_delay, Inner, SyncPolicy, WriteOptions};
 use crate::batch::WriteBatch;
 use crate::compaction;
@@ -317,20 +317,24 @@ impl Inner {
                         _ => (backlog, near_stop, None),
                     }
                 };
-                let wait = self.write_delay.lock().delay(
-                    jobs,
-                    near_stop,
-                    memtable,
-                    level0,
-                    bytes,
-                    Instant::now(),
-                );
+                let (wait, paced_by) = {
+                    let mut delay = self.write_delay.lock();
+                    let now = Instant::now();
+                    let wait = delay.delay(jobs, near_stop, memtable, level0, bytes, now);
+                    (wait, delay.paced_by())
+                };
                 if !wait.is_zero() {
                     drop(st);
                     self.stats.writers_stalled.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(wait);
                     self.stats.writers_stalled.fetch_sub(1, Ordering::Relaxed);
-                    self.stats.add_stall(Stall::Delay, wait);
+                    let pacer = match paced_by {
+                        PacedBy::Backlog if opts.one_level => Pacer::OneLevel,
+                        PacedBy::Backlog => Pacer::Level0Steps,
+                        PacedBy::Level0Compaction => Pacer::Level0Compaction,
+                        PacedBy::Memtable => Pacer::Memtable,
+                    };
+                    self.stats.add_stall(Stall::Paced(pacer), wait);
                     continue;
                 }
             }

@@ -83,6 +83,17 @@ fn memtable_factor(steps: usize) -> f64 {
     }
 }
 
+/// What bound the rate of the last paced write ([`WriteDelay::paced_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PacedBy {
+    /// The jobs' backlog (level 0's depth, or one-level mode's backlog).
+    Backlog,
+    /// The active memtable: its flush's end, or its last quarter's steps.
+    Memtable,
+    /// The room level 0 has before the running level-0 compaction ends.
+    Level0Compaction,
+}
+
 /// The pacing state; the writer holding the WAL lock consults it.
 #[derive(Debug)]
 pub(crate) struct WriteDelay {
@@ -104,6 +115,8 @@ pub(crate) struct WriteDelay {
     window_start: Option<Instant>,
     /// The unslowed rate of the last full window.
     recent_rate: Option<f64>,
+    /// What bound the rate of the last paced write.
+    paced_by: PacedBy,
 }
 
 impl WriteDelay {
@@ -121,7 +134,13 @@ impl WriteDelay {
             window_bytes: 0.0,
             window_start: None,
             recent_rate: None,
+            paced_by: PacedBy::Backlog,
         }
+    }
+
+    /// What bound the rate of the last write [`WriteDelay::delay`] paced.
+    pub(crate) fn paced_by(&self) -> PacedBy {
+        self.paced_by
     }
 
     /// The rate writes are paced at while slowed, in bytes per second,
@@ -154,11 +173,13 @@ impl WriteDelay {
             MemtablePace::Steps(s) => (s, None),
             MemtablePace::Until(r) => (0, Some(r)),
         };
-        let until = [until, level0]
-            .into_iter()
-            .flatten()
-            .filter(|&r| r < running_at)
-            .reduce(f64::min);
+        let until = [
+            (until, PacedBy::Memtable),
+            (level0, PacedBy::Level0Compaction),
+        ]
+        .into_iter()
+        .filter_map(|(r, by)| r.filter(|&r| r < running_at).map(|r| (r, by)))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
         if backlog.is_none() && steps == 0 && until.is_none() {
             self.slowed = false;
             self.last_backlog = None;
@@ -192,8 +213,13 @@ impl WriteDelay {
             true => self.rate * memtable_factor(steps),
             false => f64::INFINITY,
         };
+        self.paced_by = match until {
+            Some((r, by)) if r < stepped => by,
+            _ if backlog.is_some() => PacedBy::Backlog,
+            _ => PacedBy::Memtable,
+        };
         let rate = stepped
-            .min(until.unwrap_or(f64::INFINITY))
+            .min(until.map_or(f64::INFINITY, |u| u.0))
             .max(MIN_RATE_BYTES_PER_SEC);
 
         let bytes = bytes as f64;
@@ -464,11 +490,17 @@ mod tests {
         };
         let rate = rate_at(&mut d, &mut now, NONE, Some(48.0 * mib));
         assert!((rate - 48.0).abs() < 1.0, "{rate} MiB/s");
+        assert_eq!(d.paced_by(), PacedBy::Level0Compaction);
         let memtable = MemtablePace::Until(24.0 * mib);
         let rate = rate_at(&mut d, &mut now, memtable, Some(48.0 * mib));
         assert!((rate - 24.0).abs() < 1.0, "{rate} MiB/s");
+        assert_eq!(d.paced_by(), PacedBy::Memtable);
         let rate = rate_at(&mut d, &mut now, NONE, Some(32.0 * mib));
         assert!((rate - 32.0).abs() < 1.0, "{rate} MiB/s");
+        // The backlog's rate (0.8 of the 64 MiB/s measured) below the
+        // room's: the backlog paces.
+        mib_per_sec_over_2s(&mut d, &mut now, Some(19), NONE, Some(60.0 * mib));
+        assert_eq!(d.paced_by(), PacedBy::Backlog);
     }
 
     #[test]

@@ -191,7 +191,8 @@ impl Kv for Tphdb {
                 json!(round(st.stall_micros as f64 / 1e6, 2)),
             ),
             // Of those: writes stopped on full memtables, stopped at level
-            // 0's stop trigger; the rest were paced.
+            // 0's stop trigger; the rest were paced, by what in
+            // `paced_seconds`.
             (
                 "memtable_stall_seconds",
                 json!(round(st.memtable_stall_micros as f64 / 1e6, 2)),
@@ -199,6 +200,15 @@ impl Kv for Tphdb {
             (
                 "level0_stall_seconds",
                 json!(round(st.level0_stall_micros as f64 / 1e6, 2)),
+            ),
+            (
+                "paced_seconds",
+                json!({
+                    "level0_steps": round(st.paced_level0_micros as f64 / 1e6, 2),
+                    "level0_compaction": round(st.paced_level0_compaction_micros as f64 / 1e6, 2),
+                    "memtable": round(st.paced_memtable_micros as f64 / 1e6, 2),
+                    "one_level": round(st.paced_one_level_micros as f64 / 1e6, 2),
+                }),
             ),
             ("flushes", json!(st.flushes)),
             // Time spent in flushes (a frozen memtable's lifetime, with the
