@@ -202,6 +202,7 @@ pub fn child(spec: ChildSpec) -> Result<EngineResult, BoxError> {
     let io = [io_start, io_loaded, io_measured, io_end];
     let mut r = run.result(db, &measured, load_ops_per_sec, io, settle_secs);
     r.memory_at_peak_mb = memory.at_peak().into_iter().collect();
+    r.waited_ms_per_sec = memory.waited_ms_per_sec();
     r.rss_mb_per_sec = memory.rss_mb;
     r.memory_parts_mb_per_sec = memory.parts_mb;
     Ok(r)

@@ -73,10 +73,13 @@ fn heap() -> Vec<(&'static str, u64)> {
 /// ([`Kv::memory_parts`]), the resident set's anonymous and file-backed
 /// parts (`process_anon`, `process_file`), which every engine has, and the
 /// heap's ([`heap`]); and the same taken at the highest resident set seen.
+/// Beside them, the engine's waits so far ([`Kv::wait_counters`]).
 #[derive(Debug, Default)]
 pub struct MemoryTimeline {
     pub rss_mb: Vec<f64>,
     pub parts_mb: BTreeMap<String, Vec<f64>>,
+    /// Microseconds writers had waited by each sample, by cause.
+    waited_us: BTreeMap<String, Vec<u64>>,
     /// The parts at the highest resident set the frequent reads saw,
     /// `rss` first.
     highest: Vec<(String, f64)>,
@@ -101,6 +104,20 @@ impl MemoryTimeline {
         for (name, x) in parts_now(db) {
             self.parts_mb.entry(name).or_default().push(x);
         }
+        for (name, us) in db.wait_counters() {
+            self.waited_us.entry(name.to_string()).or_default().push(us);
+        }
+    }
+
+    /// Milliseconds writers waited between one sample and the next, by
+    /// cause: entry `i` is the second after sample `i`.
+    pub fn waited_ms_per_sec(&self) -> BTreeMap<String, Vec<f64>> {
+        let per_sec = |v: &Vec<u64>| {
+            let ms = |w: &[u64]| (w[1].saturating_sub(w[0]) as f64 / 100.0).round() / 10.0;
+            v.windows(2).map(ms).collect()
+        };
+        let waited = self.waited_us.iter();
+        waited.map(|(name, v)| (name.clone(), per_sec(v))).collect()
     }
 
     /// Takes the parts if `rss_mb` passes the highest resident set yet by
@@ -182,6 +199,7 @@ mod tests {
                 ("index".to_string(), vec![1.0, 2.0, 3.0]),
             ]),
             highest: Vec::new(),
+            waited_us: BTreeMap::new(),
         };
         let want = [("rss", 300.0), ("index", 2.0), ("memtables", 64.0)];
         let got = timeline.at_peak();
@@ -190,6 +208,20 @@ mod tests {
             assert_eq!((name.as_str(), *x), (want_name, want_x));
         }
         assert!(MemoryTimeline::default().at_peak().is_empty());
+    }
+
+    #[test]
+    fn waits_per_second_are_the_differences_between_samples() {
+        let timeline = MemoryTimeline {
+            waited_us: BTreeMap::from([
+                ("paced".to_string(), vec![0, 250_000, 250_000, 1_000_400]),
+                ("stopped".to_string(), vec![5]),
+            ]),
+            ..MemoryTimeline::default()
+        };
+        let got = timeline.waited_ms_per_sec();
+        assert_eq!(got["paced"], [250.0, 0.0, 750.4]);
+        assert!(got["stopped"].is_empty(), "one sample, no second");
     }
 
     /// An engine whose one part is set by the test.

@@ -362,6 +362,11 @@ fn compare(rows: &mut [EngineResult], workload: Workload) {
             row.x_tuned_ops = ratio(row.ops_per_sec, t.ops_per_sec);
         }
         row.worst_second_x_median = worst_second(&row.throughput_per_sec).map(|w| round(w, 2));
+        if let Some(i) = slowest_second(&row.throughput_per_sec) {
+            let waited = row.waited_ms_per_sec.iter();
+            let at = waited.filter_map(|(name, v)| Some((name.clone(), *v.get(i)?)));
+            row.worst_second_waited_ms = at.collect();
+        }
         if workload == Workload::Pogreb {
             // The figures Pogreb's own benchmark reports.
             row.write_ops_per_sec = row.load_ops_per_sec;
@@ -547,6 +552,14 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
 
 /// The slowest whole second of a run over its median second (write stalls
 /// show up as a low ratio); `None` for runs under three seconds.
+/// The index of the slowest second, of at least three.
+fn slowest_second(per_second: &[u64]) -> Option<usize> {
+    (per_second.len() >= 3).then(|| {
+        let seconds = per_second.iter().enumerate();
+        seconds.min_by_key(|&(_, &n)| n).map_or(0, |(i, _)| i)
+    })
+}
+
 fn worst_second(per_second: &[u64]) -> Option<f64> {
     let mut v: Vec<f64> = per_second.iter().map(|&n| n as f64).collect();
     if v.len() < 3 {
@@ -566,5 +579,7 @@ mod tests {
         assert_eq!(worst_second(&[100, 20, 90, 110, 100]), Some(0.2));
         assert_eq!(worst_second(&[100, 100]), None);
         assert_eq!(worst_second(&[0, 0, 0]), None);
+        assert_eq!(slowest_second(&[100, 20, 90, 110, 100]), Some(1));
+        assert_eq!(slowest_second(&[100, 100]), None);
     }
 }

@@ -68,6 +68,10 @@ pub struct EngineResult {
     /// What the engine's parts held each of those seconds, in MB.
     #[serde(default, deserialize_with = "null_is_default")]
     pub memory_parts_mb_per_sec: BTreeMap<String, Vec<f64>>,
+    /// What writers waited each of those seconds, by cause, in ms (tphdb:
+    /// stopped, or paced by what paced them).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub waited_ms_per_sec: BTreeMap<String, Vec<f64>>,
     /// The sampled resident set at its highest and the parts then, in MB.
     #[serde(default, deserialize_with = "null_is_default")]
     pub memory_at_peak_mb: BTreeMap<String, f64>,
@@ -82,6 +86,11 @@ pub struct EngineResult {
     pub x_tuned_ops: Option<f64>,
     /// The slowest whole second over the median second (stalls).
     pub worst_second_x_median: Option<f64>,
+    /// What writers waited in about that second, by cause, in ms (from
+    /// `waited_ms_per_sec`, whose seconds start with the measured phase's
+    /// to within the sampler's start).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub worst_second_waited_ms: BTreeMap<String, f64>,
     /// Disk rows: tphdb's throughput over this row's.
     pub tphdb_ratio: Option<f64>,
     /// What only this engine reports (tphdb: reads per get, index size,

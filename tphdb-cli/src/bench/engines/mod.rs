@@ -51,6 +51,12 @@ pub trait Kv: Send + Sync {
     fn memory_parts(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// How long writers have waited since the engine was opened, by
+    /// cause, in microseconds (stopped, or paced), for the timeline;
+    /// empty when it does not say.
+    fn wait_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Engine-specific figures for the report: `keys` are in the store,
     /// `user_bytes` of keys and values were written.
     fn extra(&self, _keys: u64, _user_bytes: u64) -> Vec<(&'static str, Value)> {

@@ -131,6 +131,18 @@ impl Kv for Tphdb {
         ]
     }
 
+    fn wait_counters(&self) -> Vec<(&'static str, u64)> {
+        let st = self.db.stats();
+        vec![
+            ("stopped_memtables", st.memtable_stall_micros),
+            ("stopped_level0", st.level0_stall_micros),
+            ("paced_level0_steps", st.paced_level0_micros),
+            ("paced_level0_compaction", st.paced_level0_compaction_micros),
+            ("paced_memtable", st.paced_memtable_micros),
+            ("paced_one_level", st.paced_one_level_micros),
+        ]
+    }
+
     fn extra(&self, keys: u64, user_bytes: u64) -> Vec<(&'static str, Value)> {
         let st = self.db.stats();
         let amp = |b: u64| round(b as f64 / user_bytes.max(1) as f64, 3);
