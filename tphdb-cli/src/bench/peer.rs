@@ -554,20 +554,20 @@ fn plots(dir: &std::path::Path, workload: &str, report: &Report) -> Result<(), B
 /// show up as a low ratio); `None` for runs under three seconds.
 /// The index of the slowest second, of at least three.
 fn slowest_second(per_second: &[u64]) -> Option<usize> {
-    (per_second.len() >= 3).then(|| {
-        let seconds = per_second.iter().enumerate();
-        seconds.min_by_key(|&(_, &n)| n).map_or(0, |(i, _)| i)
-    })
-}
-
-fn worst_second(per_second: &[u64]) -> Option<f64> {
-    let mut v: Vec<f64> = per_second.iter().map(|&n| n as f64).collect();
-    if v.len() < 3 {
+    if per_second.len() < 3 {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let median = v[v.len() / 2];
-    (median > 0.0).then(|| v[0] / median)
+    let seconds = per_second.iter().enumerate();
+    seconds.min_by_key(|&(_, &n)| n).map(|(i, _)| i)
+}
+
+/// The slowest second ([`slowest_second`]) over the median second.
+fn worst_second(per_second: &[u64]) -> Option<f64> {
+    let slowest = per_second[slowest_second(per_second)?] as f64;
+    let mut v = per_second.to_vec();
+    v.sort_unstable();
+    let median = v[v.len() / 2] as f64;
+    (median > 0.0).then(|| slowest / median)
 }
 
 #[cfg(test)]

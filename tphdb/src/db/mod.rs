@@ -25,6 +25,7 @@ mod repair;
 pub(crate) mod replay;
 mod space;
 mod stats;
+mod stats_collect;
 mod stats_report;
 mod write;
 mod write_delay;

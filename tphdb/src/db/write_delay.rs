@@ -286,6 +286,16 @@ mod tests {
         }
     }
 
+    /// A delay of a high option that saw writes run unslowed at 64 MiB/s
+    /// for a second (the recent rate a slowdown starts from), and the
+    /// moment after that second.
+    fn after_a_second_at_64_mib() -> (WriteDelay, Instant) {
+        let mut d = WriteDelay::new(1 << 30);
+        let start = Instant::now();
+        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
+        (d, start + Duration::from_secs(1))
+    }
+
     /// Writes of `bytes` every time the delay allows, for `seconds` of
     /// simulated time at a constant backlog; returns bytes per second.
     fn paced_rate(d: &mut WriteDelay, backlog: usize, bytes: u64, seconds: f64) -> f64 {
@@ -411,11 +421,7 @@ mod tests {
     fn pacing_the_last_quarter_gives_a_flush_twice_the_time() {
         let (buffer, write) = (64u64 << 20, 1u64 << 10);
         let full_speed = 64.0 * 1048576.0;
-        let mut d = WriteDelay::new(1 << 30);
-        let start = Instant::now();
-        // Unslowed at 64 MiB/s for a second: the recent rate.
-        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
-        let mut now = start + Duration::from_secs(1);
+        let (mut d, mut now) = after_a_second_at_64_mib();
         let mut active = buffer * 3 / 4;
         let paced_from = now;
         while active < buffer {
@@ -434,10 +440,7 @@ mod tests {
     /// theirs leaves them unslowed (and measured).
     #[test]
     fn a_fill_rate_below_the_writes_paces_them_at_it() {
-        let mut d = WriteDelay::new(1 << 30);
-        let start = Instant::now();
-        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
-        let mut now = start + Duration::from_secs(1);
+        let (mut d, mut now) = after_a_second_at_64_mib();
         let above = MemtablePace::Until(100.0 * 1048576.0);
         assert_eq!(
             d.delay(None, false, above, None, 64 << 10, now),
@@ -477,10 +480,7 @@ mod tests {
     /// at the slower of it and the memtable's rate.
     #[test]
     fn a_level0_fill_rate_paces_writes_at_it() {
-        let mut d = WriteDelay::new(1 << 30);
-        let start = Instant::now();
-        write_unslowed(&mut d, start, 0..=1000, 64 << 10);
-        let mut now = start + Duration::from_secs(1);
+        let (mut d, mut now) = after_a_second_at_64_mib();
         let mib = 1048576.0;
         // Above the 64 MiB/s writes run at: unslowed.
         let wait = d.delay(None, false, NONE, Some(100.0 * mib), 64 << 10, now);
