@@ -30,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(mut c) = r.sorted_cursor() {
         if c.seek_to_first().is_ok() {
             for _ in 0..256 {
+                // The entry a key chunk leads to (its named slot or the
+                // perfect hash's), checked against the key.
+                let _ = c.load_entry();
                 if !c.valid() || c.move_next().is_err() {
                     break;
                 }

@@ -20,7 +20,7 @@ use crate::version::{Layout, VersionEdit};
 use crate::{IteratorMode, Options, DB};
 
 /// The format the current code writes.
-const CURRENT_VERSION: &str = "v7";
+const CURRENT_VERSION: &str = "v8";
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -466,6 +466,18 @@ fn every_fixture_version_decodes() {
             let e = piece.get(&k).unwrap().expect("every entry");
             assert_eq!((e.value.map(|v| v.to_vec()), e.seq), (v, seq));
         }
+        // Key order (the keys are ascending already): each version's key
+        // chunks lead to the entries.
+        let mut c = piece.sorted_cursor().unwrap();
+        c.seek_to_first().unwrap();
+        for (k, v, seq) in piece_entries() {
+            assert_eq!(c.key(), Some(&k[..]), "{}", root.display());
+            assert_eq!(c.is_tombstone(), Some(v.is_none()));
+            let e = c.load_entry().unwrap().expect("an entry");
+            assert_eq!((e.value.map(|v| v.to_vec()), e.seq), (v, seq));
+            c.move_next().unwrap();
+        }
+        assert!(!c.valid());
         let wal = crate::fuzzing::read_log(&std::fs::read(root.join("wal.log")).unwrap()).unwrap();
         assert_eq!(wal.records.len(), 2);
         let (seq, batch) = WriteBatch::decode(&wal.records[0]).unwrap();

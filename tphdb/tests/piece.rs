@@ -215,6 +215,16 @@ fn keys_sharing_a_64_bit_hash_all_stay_reachable() {
     }
     assert!(r.get_hashed(b"absent", hashes[10]).unwrap().is_none());
     assert_eq!(r.iter().count(), entries.len());
+    // In key order too: the key chunks name the overflow slots, the
+    // perfect hash gives the others.
+    let mut c = r.sorted_cursor().unwrap();
+    c.seek_to_first().unwrap();
+    for (k, v) in &model {
+        assert_eq!(c.key(), Some(&k[..]));
+        assert_entry(c.load_entry().unwrap(), k, v);
+        c.move_next().unwrap();
+    }
+    assert!(!c.valid());
 }
 
 #[test]

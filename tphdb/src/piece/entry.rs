@@ -10,8 +10,13 @@ pub const MAX_KEY_BYTES: usize = 1 << 20;
 /// Longest value a piece accepts.
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
 
-const KIND_PUT: u8 = 0;
+/// A put with its value's length (format version 1).
+const KIND_PUT_WITH_LENGTH: u8 = 0;
 const KIND_DELETE: u8 = 1;
+/// A put whose value runs to the end of its slot: the slot's offsets
+/// already say where an entry ends, so its value's length is not stored
+/// (format version 2; 2 bytes an entry at 128-byte to 16 KiB values).
+const KIND_PUT: u8 = 2;
 
 /// An entry to be written: a key with a value, or a tombstone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,9 +66,7 @@ pub(crate) trait EntryShape: Sync {
 
     /// Bytes of the encoded entry.
     fn encoded_len(&self) -> usize {
-        let key = self.key().len();
-        let v = self.value_len().map_or(0, |v| varint_len(v as u64) + v);
-        1 + varint_len(self.seq()) + varint_len(key as u64) + key + v
+        encoded_len(self.key().len(), self.seq(), self.value_len())
     }
 }
 
@@ -152,10 +155,7 @@ impl AsEntry for EntryRef<'_> {
 impl EntryRef<'_> {
     /// Bytes of the encoded entry.
     pub(crate) fn encoded_len(&self) -> usize {
-        let v = self
-            .value
-            .map_or(0, |v| varint_len(v.len() as u64) + v.len());
-        1 + varint_len(self.seq) + varint_len(self.key.len() as u64) + self.key.len() + v
+        encoded_len(self.key.len(), self.seq, self.value.map(<[u8]>::len))
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -166,14 +166,17 @@ impl EntryRef<'_> {
         });
         out.put_varint(self.seq);
         out.put_varint(self.key.len() as u64);
-        if let Some(v) = self.value {
-            out.put_varint(v.len() as u64);
-        }
         out.extend_from_slice(self.key);
         if let Some(v) = self.value {
             out.extend_from_slice(v);
         }
     }
+}
+
+/// Bytes of an entry of a key of `key` bytes, `seq` and a value of
+/// `value` bytes (`None`: a tombstone), as [`EntryRef::encode`] writes it.
+fn encoded_len(key: usize, seq: u64, value: Option<usize>) -> usize {
+    1 + varint_len(seq) + varint_len(key as u64) + key + value.unwrap_or(0)
 }
 
 /// Refuses a key or value over the limits ([`MAX_KEY_BYTES`],
@@ -217,9 +220,16 @@ pub(crate) fn decode_entry_ref(block: &[u8], start: usize, end: usize) -> Result
     let seq = d.varint()?;
     let key_len = d.varint()?;
     let value_len = match kind {
-        KIND_PUT => Some(d.varint()?),
+        KIND_PUT_WITH_LENGTH => Some(d.varint()?),
+        KIND_PUT => Some((d.remaining() as u64).saturating_sub(key_len)),
         KIND_DELETE => None,
-        k => return Err(Error::corruption("entry kind", "0 (put) or 1 (delete)", k)),
+        k => {
+            return Err(Error::corruption(
+                "entry kind",
+                "0 or 2 (put) or 1 (delete)",
+                k,
+            ))
+        }
     };
     let header = d.position();
     let body = key_len.checked_add(value_len.unwrap_or(0));
@@ -286,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn truncations_are_errors() {
+    fn truncations_short_of_the_value_are_errors() {
         let mut b = Vec::new();
         EntryRef {
             key: b"key",
@@ -295,8 +305,38 @@ mod tests {
         }
         .encode(&mut b);
         let bytes = Bytes::from(b);
-        for end in 0..bytes.len() {
-            assert!(decode_entry(&bytes, 0, end).is_err());
+        // Kind, a 2-byte sequence number, the key's length, the key.
+        let value_at = 1 + 2 + 1 + 3;
+        for end in 0..value_at {
+            assert!(decode_entry(&bytes, 0, end).is_err(), "cut at {end}");
         }
+        // A put's value runs to its slot's end: the block's offsets, under
+        // its checksum, say where that is.
+        for end in value_at..=bytes.len() {
+            let e = decode_entry(&bytes, 0, end).unwrap();
+            assert_eq!(e.value.as_deref(), Some(&b"value"[..end - value_at]));
+        }
+    }
+
+    /// Pieces of format version 1 store a put's value length: still read,
+    /// and a span that does not match it is an error.
+    #[test]
+    fn a_version_1_put_is_read_and_checked_against_its_length() {
+        let mut b = vec![KIND_PUT_WITH_LENGTH];
+        b.put_varint(300);
+        b.put_varint(3);
+        b.put_varint(5);
+        b.extend_from_slice(b"keyvalue");
+        let bytes = Bytes::from(b);
+        let e = decode_entry(&bytes, 0, bytes.len()).unwrap();
+        assert_eq!(
+            (&e.key[..], e.value.as_deref(), e.seq),
+            (&b"key"[..], Some(&b"value"[..]), 300)
+        );
+        for end in 0..bytes.len() {
+            assert!(decode_entry(&bytes, 0, end).is_err(), "cut at {end}");
+        }
+        let kind_3 = Bytes::from(vec![3u8, 1, 0]);
+        assert!(decode_entry(&kind_3, 0, 3).is_err());
     }
 }

@@ -7,8 +7,12 @@ use crate::util::codec::{Decoder, PutExt};
 
 /// Last 8 bytes of every piece file.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPHPIECE");
-/// Version of the piece format this code writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Version of the piece format this code writes. Version 2 dropped the
+/// value's length from entries (a put's value runs to its slot's end) and
+/// the slot from key-chunk items (the perfect hash gives it).
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The oldest piece format this code reads.
+pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 pub(crate) const FOOTER_BYTES: usize = 32;
 
 /// Sections of a piece file, by id.
@@ -60,6 +64,8 @@ pub(crate) struct Section {
 /// The footer: locates the section directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Footer {
+    /// The piece format version (see [`FORMAT_VERSION`]).
+    pub(crate) version: u32,
     pub(crate) dir_offset: u64,
     pub(crate) dir_len: u32,
     pub(crate) dir_crc: u32,
@@ -71,7 +77,7 @@ impl Footer {
         b.put_u64(self.dir_offset);
         b.put_u32(self.dir_len);
         b.put_u32(self.dir_crc);
-        b.put_u32(FORMAT_VERSION);
+        b.put_u32(self.version);
         let crc = crc32c::crc32c_append(crc32c::crc32c(&b), &MAGIC.to_le_bytes());
         b.put_u32(crc);
         b.put_u64(MAGIC);
@@ -102,14 +108,15 @@ impl Footer {
                 format!("{crc:#010x}"),
             ));
         }
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::corruption(
                 "piece format version",
-                FORMAT_VERSION,
+                format!("{OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}"),
                 version,
             ));
         }
         Ok(Footer {
+            version,
             dir_offset,
             dir_len,
             dir_crc,
@@ -352,5 +359,25 @@ mod tests {
         assert_eq!(p.data_bytes_of(400_000_000), 100 << 30);
         assert_eq!(p.data_bytes_of(200_000_000), 50 << 30);
         assert_eq!(p.data_bytes_of(0), 0);
+    }
+
+    #[test]
+    fn footers_of_versions_1_and_2_are_read_and_others_refused() {
+        for version in 0..5 {
+            let footer = Footer {
+                version,
+                dir_offset: 1234,
+                dir_len: 56,
+                dir_crc: 7,
+            };
+            let decoded = Footer::decode(&footer.encode());
+            match version {
+                1 | 2 => assert_eq!(decoded.unwrap(), footer),
+                _ => assert!(
+                    matches!(decoded, Err(Error::Corruption { .. })),
+                    "version {version}: {decoded:?}"
+                ),
+            }
+        }
     }
 }

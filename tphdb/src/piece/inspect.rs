@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::format::{Footer, SectionId, FOOTER_BYTES, FORMAT_VERSION};
+use super::format::{Footer, SectionId, FOOTER_BYTES};
 use super::PieceReader;
 use crate::error::Result;
 
@@ -35,9 +35,9 @@ impl PieceReader {
         let _ = writeln!(w, "piece {} ({len} bytes)", self.name());
         let _ = writeln!(
             w,
-            "footer: at {footer_at}, format version {FORMAT_VERSION}, section directory \
+            "footer: at {footer_at}, format version {}, section directory \
              {} bytes at {} (crc32c {:#010x})",
-            footer.dir_len, footer.dir_offset, footer.dir_crc
+            footer.version, footer.dir_len, footer.dir_offset, footer.dir_crc
         );
         let _ = writeln!(w, "sections:");
         for s in &self.sections {

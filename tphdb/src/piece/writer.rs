@@ -6,7 +6,9 @@ use rayon::prelude::*;
 
 use super::block_index::{encode_offsets, MAX_SEGMENT_BYTES};
 use super::entry::{EntryRef, EntryShape, EntrySource};
-use super::format::{encode_directory, Compression, Footer, PieceProperties, Section, SectionId};
+use super::format::{
+    encode_directory, Compression, Footer, PieceProperties, Section, SectionId, FORMAT_VERSION,
+};
 use super::key_sections::{key_order, EntryKeys};
 pub(crate) use super::key_sections::{KeyOrderSink, KeySections};
 use super::layout::{block_quantum, BlockWriter};
@@ -248,10 +250,11 @@ pub(crate) fn write_planned_piece<S: EntrySource>(
     sections.add_streamed(file, SectionId::Hashes as u32, &mut |sink| {
         keys.write_key_hashes(sink)
     })?;
+    let table_size = slots.table_size as u64;
     let slot_of = slots.into_slot_of(n);
     let mut chunk_index = Vec::new();
     sections.add_streamed(file, SectionId::KeyChunks as u32, &mut |sink| {
-        encode_key_index(&mut *keys, &slot_of, sink, &mut chunk_index)
+        encode_key_index(&mut *keys, &slot_of, table_size, sink, &mut chunk_index)
     })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
     for &(id, bytes) in extra_sections {
@@ -388,6 +391,7 @@ impl Sections {
     fn finish(self, file: &mut dyn WritableFile) -> Result<()> {
         let dir = encode_directory(&self.0);
         let footer = Footer {
+            version: FORMAT_VERSION,
             dir_offset: file.len(),
             dir_len: dir.len() as u32,
             dir_crc: crc32c::crc32c(&dir),

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use super::{PieceFile, Tph};
 use crate::cursor::{Cursor, MergingCursor, ValueRef};
 use crate::error::Result;
-use crate::hash::key_hash;
 use crate::piece::{PieceReader, SortedCursor};
 
 /// A shared handle to a piece, as the reader a cursor holds.
@@ -39,7 +38,7 @@ impl LiveCursor {
         if self.all_live && self.hashes.is_none() {
             return true;
         }
-        let h = key_hash(key);
+        let h = self.inner.key_hash().expect("positioned on a key");
         self.hashes.as_ref().is_none_or(|r| r.contains(&h))
             && (self.all_live || self.tph.is_live_hashed(key, h, self.piece))
     }

@@ -60,10 +60,12 @@ const FORMAT: u64 = 10;
 /// of every MANIFEST, so that a reader that does not know it refuses the
 /// whole database before it reads anything else. Version 2: TPH heads
 /// carry a fuse global index (meta version 2). Version 3: heads record
-/// each piece's shadowed entries (meta version 3). Older heads are still
-/// read, and the first open that writes makes an older database version 3
-/// (every open starts a MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 3;
+/// each piece's shadowed entries (meta version 3). Version 4: pieces of
+/// piece format 2 (`piece::format`), which a reader of version 3 would
+/// take for corrupt. Older heads and pieces are still read, and the first
+/// open that writes makes an older database version 4 (every open starts
+/// a MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 4;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {

@@ -41,6 +41,8 @@ pub struct PieceReader {
     /// `(hash, slot)` of entries whose hash repeats another's, by hash.
     overflow: Vec<(u64, u32)>,
     pub(super) sections: Vec<Section>,
+    /// The piece's format version (from its footer).
+    format_version: u32,
     /// The shared block cache and this piece's number in it.
     cache: Option<(Arc<BlockCache>, u64)>,
     /// Whether blocks go in the cache too (not when mapped: the page cache
@@ -157,6 +159,7 @@ impl PieceReader {
             blocks,
             overflow,
             sections,
+            format_version: footer.version,
             cache: None,
             cache_blocks: false,
         })
@@ -416,8 +419,14 @@ impl PieceReader {
             .find(|s| s.id == SectionId::KeyChunks as u32)
             .expect("decode_directory checked that every required section exists");
         let index = Arc::new(
-            SortedIndex::decode(&index, chunks.offset, chunks.len, &self.props)
-                .map_err(|e| e.at(&self.name))?,
+            SortedIndex::decode(
+                &index,
+                chunks.offset,
+                chunks.len,
+                &self.props,
+                self.format_version,
+            )
+            .map_err(|e| e.at(&self.name))?,
         );
         if let Some((cache, number)) = &self.cache {
             cache.insert_sorted_index(*number, index.clone());
