@@ -84,7 +84,9 @@ pub fn write_piece(
 }
 
 /// [`write_piece`] with each key's [`key_hash`] already computed
-/// (`hashes[i]` for `entries[i]`).
+/// (`hashes[i]` for `entries[i]`). They must be the keys' own: gets look
+/// an entry up by its key's hash, and a key-order scan finds the slot of
+/// every entry but those in overflow slots from it.
 pub fn write_piece_hashed(
     fs: &dyn FileSystem,
     path: &Path,
