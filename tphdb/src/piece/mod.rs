@@ -16,6 +16,7 @@ mod entry;
 mod format;
 mod hash_section;
 mod inspect;
+mod key_chunks;
 mod key_sections;
 mod layout;
 mod offset_lines;

@@ -9,11 +9,11 @@ use super::entry::{EntryRef, EntryShape, EntrySource};
 use super::format::{
     encode_directory, Compression, Footer, PieceProperties, Section, SectionId, FORMAT_VERSION,
 };
+use super::key_chunks::encode_key_index;
 use super::key_sections::{key_order, EntryKeys};
 pub(crate) use super::key_sections::{KeyOrderSink, KeySections};
 use super::layout::{block_quantum, BlockWriter};
 use super::slots::SlotLayout;
-use super::sorted::encode_key_index;
 use super::survey::{survey, Survey};
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, WritableFile};
