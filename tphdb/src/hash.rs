@@ -23,11 +23,22 @@ pub fn key_hash(key: &[u8]) -> u64 {
     h
 }
 
-/// The second 64-bit hash of a key; `(key_hash, key_hash2)` identifies a
-/// key up to a 2^-128 chance.
+/// The second hash of a key, 32 bits wide (the high half of a second
+/// xxh3); `(key_hash, key_hash2)` identifies a key up to a 2^-96 chance.
+/// Pieces of format 1 and 2 and heads of meta version 1 to 3 stored the
+/// whole 64-bit hash: their readers take its high half
+/// ([`narrow_hash2`]), so that stored and computed hashes compare.
 #[inline]
 pub(crate) fn key_hash2(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH2_SEED)
+    narrow_hash2(xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH2_SEED))
+}
+
+/// The 32-bit second hash of a key whose 64-bit second hash (as older
+/// formats stored it) is `wide`. Its high half: sorted pairs of wide
+/// hashes stay sorted.
+#[inline]
+pub(crate) fn narrow_hash2(wide: u64) -> u64 {
+    wide >> 32
 }
 
 /// The `bits`-bit signature stored in a TPH slot, independent of the slot.

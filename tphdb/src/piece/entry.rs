@@ -10,13 +10,24 @@ pub const MAX_KEY_BYTES: usize = 1 << 20;
 /// Longest value a piece accepts.
 pub const MAX_VALUE_BYTES: usize = 1 << 30;
 
+// An entry starts with a varint tag. Tags 0 to 2 are the kinds of format
+// versions 1 and 2, each followed by the sequence number and the key's
+// length; tags from `TAG_KEYED` on are version 3's.
+
 /// A put with its value's length (format version 1).
-const KIND_PUT_WITH_LENGTH: u8 = 0;
-const KIND_DELETE: u8 = 1;
+const KIND_PUT_WITH_LENGTH: u64 = 0;
+/// A tombstone (format versions 1 and 2).
+const KIND_DELETE: u64 = 1;
 /// A put whose value runs to the end of its slot: the slot's offsets
 /// already say where an entry ends, so its value's length is not stored
 /// (format version 2; 2 bytes an entry at 128-byte to 16 KiB values).
-const KIND_PUT: u8 = 2;
+const KIND_PUT: u64 = 2;
+/// Tags from this one on (format version 3) hold the key's length and
+/// whether the entry is a tombstone, `TAG_KEYED + (key_len << 1 |
+/// tombstone)`, and the sequence number follows: one byte an entry less
+/// than a kind and a length for keys of up to 61 bytes (62 for puts), and
+/// never more.
+const TAG_KEYED: u64 = 3;
 
 /// An entry to be written: a key with a value, or a tombstone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,13 +170,8 @@ impl EntryRef<'_> {
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        out.push(if self.value.is_some() {
-            KIND_PUT
-        } else {
-            KIND_DELETE
-        });
+        out.put_varint(entry_tag(self.key.len(), self.value.is_none()));
         out.put_varint(self.seq);
-        out.put_varint(self.key.len() as u64);
         out.extend_from_slice(self.key);
         if let Some(v) = self.value {
             out.extend_from_slice(v);
@@ -176,7 +182,12 @@ impl EntryRef<'_> {
 /// Bytes of an entry of a key of `key` bytes, `seq` and a value of
 /// `value` bytes (`None`: a tombstone), as [`EntryRef::encode`] writes it.
 fn encoded_len(key: usize, seq: u64, value: Option<usize>) -> usize {
-    1 + varint_len(seq) + varint_len(key as u64) + key + value.unwrap_or(0)
+    varint_len(entry_tag(key, value.is_none())) + varint_len(seq) + key + value.unwrap_or(0)
+}
+
+/// The tag of an entry of a key of `key` bytes ([`TAG_KEYED`]).
+fn entry_tag(key: usize, tombstone: bool) -> u64 {
+    TAG_KEYED + ((key as u64) << 1 | u64::from(tombstone))
 }
 
 /// Refuses a key or value over the limits ([`MAX_KEY_BYTES`],
@@ -216,20 +227,19 @@ pub(crate) fn decode_entry(block: &Bytes, start: usize, end: usize) -> Result<En
 pub(crate) fn decode_entry_ref(block: &[u8], start: usize, end: usize) -> Result<EntryRef<'_>> {
     let s = &block[start..end];
     let mut d = Decoder::new(s, "entry");
-    let kind = d.u8()?;
-    let seq = d.varint()?;
-    let key_len = d.varint()?;
-    let value_len = match kind {
-        KIND_PUT_WITH_LENGTH => Some(d.varint()?),
-        KIND_PUT => Some((d.remaining() as u64).saturating_sub(key_len)),
-        KIND_DELETE => None,
-        k => {
-            return Err(Error::corruption(
-                "entry kind",
-                "0 or 2 (put) or 1 (delete)",
-                k,
-            ))
+    let tag = d.varint()?;
+    let (seq, key_len, put) = match tag {
+        KIND_PUT_WITH_LENGTH | KIND_PUT => (d.varint()?, d.varint()?, true),
+        KIND_DELETE => (d.varint()?, d.varint()?, false),
+        _ => {
+            let seq = d.varint()?;
+            (seq, (tag - TAG_KEYED) >> 1, (tag - TAG_KEYED) & 1 == 0)
         }
+    };
+    let value_len = match tag {
+        KIND_PUT_WITH_LENGTH => Some(d.varint()?),
+        _ if put => Some((d.remaining() as u64).saturating_sub(key_len)),
+        _ => None,
     };
     let header = d.position();
     let body = key_len.checked_add(value_len.unwrap_or(0));
@@ -305,8 +315,8 @@ mod tests {
         }
         .encode(&mut b);
         let bytes = Bytes::from(b);
-        // Kind, a 2-byte sequence number, the key's length, the key.
-        let value_at = 1 + 2 + 1 + 3;
+        // The tag, a 2-byte sequence number, the key.
+        let value_at = 1 + 2 + 3;
         for end in 0..value_at {
             assert!(decode_entry(&bytes, 0, end).is_err(), "cut at {end}");
         }
@@ -322,7 +332,7 @@ mod tests {
     /// and a span that does not match it is an error.
     #[test]
     fn a_version_1_put_is_read_and_checked_against_its_length() {
-        let mut b = vec![KIND_PUT_WITH_LENGTH];
+        let mut b = vec![KIND_PUT_WITH_LENGTH as u8];
         b.put_varint(300);
         b.put_varint(3);
         b.put_varint(5);
@@ -336,7 +346,64 @@ mod tests {
         for end in 0..bytes.len() {
             assert!(decode_entry(&bytes, 0, end).is_err(), "cut at {end}");
         }
-        let kind_3 = Bytes::from(vec![3u8, 1, 0]);
-        assert!(decode_entry(&kind_3, 0, 3).is_err());
+    }
+
+    /// Pieces of format version 2 store a kind byte, then the sequence
+    /// number and the key's length: still read.
+    #[test]
+    fn version_2_puts_and_tombstones_are_read() {
+        for (kind, value) in [(KIND_PUT, Some(&b"value"[..])), (KIND_DELETE, None)] {
+            let mut b = vec![kind as u8];
+            b.put_varint(300);
+            b.put_varint(3);
+            b.extend_from_slice(b"key");
+            b.extend_from_slice(value.unwrap_or_default());
+            let bytes = Bytes::from(b);
+            let e = decode_entry(&bytes, 0, bytes.len()).unwrap();
+            assert_eq!(
+                (&e.key[..], e.value.as_deref(), e.seq),
+                (&b"key"[..], value, 300)
+            );
+        }
+        // A tombstone with bytes after its key.
+        let mut b = vec![KIND_DELETE as u8, 1, 3];
+        b.extend_from_slice(b"keyextra");
+        let bytes = Bytes::from(b);
+        assert!(decode_entry(&bytes, 0, bytes.len()).is_err());
+    }
+
+    /// The tag carries the key's length and the tombstone: a key of up to
+    /// 61 bytes (62 for a put) takes one byte of header beside its
+    /// sequence number, and tags that promise more key than the slot holds
+    /// are errors.
+    #[test]
+    fn a_version_3_tag_holds_the_key_length_and_the_tombstone() {
+        let cases = [
+            (0, false, 1),
+            (61, true, 1),
+            (62, false, 1),
+            (62, true, 2),
+            (63, false, 2),
+        ];
+        for (len, tombstone, tag_bytes) in cases {
+            let key = vec![b'k'; len];
+            let e = EntryRef {
+                key: &key,
+                value: (!tombstone).then_some(&b"v"[..]),
+                seq: 5,
+            };
+            let mut b = Vec::new();
+            e.encode(&mut b);
+            assert_eq!(b.len(), tag_bytes + 1 + len + usize::from(!tombstone));
+            let bytes = Bytes::from(b);
+            let d = decode_entry(&bytes, 0, bytes.len()).unwrap();
+            assert_eq!((&d.key[..], d.value.as_deref()), (e.key, e.value));
+        }
+        let mut long = Vec::new();
+        long.put_varint(TAG_KEYED + (10 << 1));
+        long.put_varint(1);
+        long.extend_from_slice(b"short");
+        let bytes = Bytes::from(long);
+        assert!(decode_entry(&bytes, 0, bytes.len()).is_err());
     }
 }

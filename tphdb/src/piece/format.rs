@@ -9,8 +9,10 @@ use crate::util::codec::{Decoder, PutExt};
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPHPIECE");
 /// Version of the piece format this code writes. Version 2 dropped the
 /// value's length from entries (a put's value runs to its slot's end) and
-/// the slot from key-chunk items (the perfect hash gives it).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// the slot from key-chunk items (the perfect hash gives it). Version 3
+/// stores the second key hash in 32 bits in the key-hash section, and an
+/// entry's kind and key length in one varint.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 /// The oldest piece format this code reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 pub(crate) const FOOTER_BYTES: usize = 32;
@@ -362,8 +364,8 @@ mod tests {
     }
 
     #[test]
-    fn footers_of_versions_1_and_2_are_read_and_others_refused() {
-        for version in 0..5 {
+    fn footers_of_versions_1_to_3_are_read_and_others_refused() {
+        for version in 0..6 {
             let footer = Footer {
                 version,
                 dir_offset: 1234,
@@ -372,7 +374,7 @@ mod tests {
             };
             let decoded = Footer::decode(&footer.encode());
             match version {
-                1 | 2 => assert_eq!(decoded.unwrap(), footer),
+                1..=3 => assert_eq!(decoded.unwrap(), footer),
                 _ => assert!(
                     matches!(decoded, Err(Error::Corruption { .. })),
                     "version {version}: {decoded:?}"

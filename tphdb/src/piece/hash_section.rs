@@ -124,9 +124,10 @@ fn write_pairs(
     for (h, h2) in pairs {
         debug_assert!(last <= (h, h2), "pairs out of order");
         last = (h, h2);
+        debug_assert!(h2 <= u64::from(u32::MAX), "a second hash of 32 bits");
         buf.put_u64(h);
-        buf.put_u64(h2);
-        if buf.len() + 16 > SINK_BUFFER_BYTES {
+        buf.put_u32(h2 as u32);
+        if buf.len() + 12 > SINK_BUFFER_BYTES {
             sink(buf)?;
             buf.clear();
         }
@@ -159,7 +160,7 @@ mod tests {
         let mut out = Vec::new();
         for (h, h2) in pairs {
             out.put_u64(h);
-            out.put_u64(h2);
+            out.put_u32(u32::try_from(h2).unwrap());
         }
         out
     }

@@ -146,7 +146,7 @@ pub(super) fn supersede(
     for group in candidates.chunk_by(|a, b| a.0 == b.0) {
         let piece = group[0].0;
         let p = &base.pieces[piece];
-        stats.hash_bytes_read += p.properties().entry_count * 16;
+        stats.hash_bytes_read += p.key_hash_bytes();
         let mut next = 0;
         p.for_each_key_hash(|h, h2| {
             while next < group.len() && group[next].1 < h {
@@ -184,7 +184,7 @@ pub(super) fn held_hashes(
 ) -> Result<Vec<bool>> {
     let mut held = vec![false; hashes.len()];
     for piece in pieces {
-        stats.hash_bytes_read += piece.properties().entry_count * 16;
+        stats.hash_bytes_read += piece.key_hash_bytes();
         let mut next = 0;
         piece.for_each_key_hash(|h, _| {
             while next < hashes.len() && hashes[next] < h {

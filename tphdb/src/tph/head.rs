@@ -61,6 +61,7 @@ pub(super) fn new_meta(
         sig_bits: signature_bits_within(ctx.sig_bits, ctx.field_bits, piece_bits),
         piece_bits,
         pieces,
+        wide_h2: false,
     })
 }
 
@@ -140,6 +141,7 @@ pub(super) fn write_head_with(
         meta.piece_bits,
         &exceptions,
         meta.pieces.len(),
+        meta.wide_h2,
     )?;
     Ok((head, index))
 }

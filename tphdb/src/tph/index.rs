@@ -14,7 +14,7 @@ use std::ops::RangeInclusive;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::hash::{key_hash2, signature};
+use crate::hash::{key_hash2, narrow_hash2, signature};
 use crate::phf::fuse::Fuse;
 use crate::phf::Phf;
 use crate::util::bits::field;
@@ -219,12 +219,14 @@ impl GlobalIndex {
         t.finish()
     }
 
+    /// The exception section of meta version 4: second hashes in 32 bits.
     pub(crate) fn encode_exceptions(exceptions: &[Exception]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + exceptions.len() * 20);
+        let mut out = Vec::with_capacity(8 + exceptions.len() * 16);
         out.put_u64(exceptions.len() as u64);
         for e in exceptions {
+            debug_assert!(e.h2 <= u64::from(u32::MAX), "a second hash of 32 bits");
             out.put_u64(e.h);
-            out.put_u64(e.h2);
+            out.put_u32(e.h2 as u32);
             out.put_u32(e.field);
         }
         out
@@ -240,6 +242,7 @@ impl GlobalIndex {
         slots_section: Bytes,
         exceptions_section: &[u8],
         piece_count: usize,
+        wide_h2: bool,
     ) -> Result<GlobalIndex> {
         check_widths(sig_bits, piece_bits, piece_count as u64)?;
         let mut d = Decoder::new(&slots_section, "tph slots");
@@ -262,7 +265,7 @@ impl GlobalIndex {
             sig_bits,
             piece_bits,
             piece_count,
-            exceptions: decode_exceptions(exceptions_section, piece_count)?,
+            exceptions: decode_exceptions(exceptions_section, piece_count, wide_h2)?,
         };
         let Lookup::Slots { slots, .. } = &index.lookup else {
             unreachable!("built above")
@@ -287,6 +290,7 @@ impl GlobalIndex {
         piece_bits: u32,
         exceptions_section: &[u8],
         piece_count: usize,
+        wide_h2: bool,
     ) -> Result<GlobalIndex> {
         check_widths(sig_bits, piece_bits, piece_count.saturating_sub(1) as u64)?;
         let fuse = Fuse::decode(fuse_section)?;
@@ -302,7 +306,7 @@ impl GlobalIndex {
             sig_bits,
             piece_bits,
             piece_count,
-            exceptions: decode_exceptions(exceptions_section, piece_count)?,
+            exceptions: decode_exceptions(exceptions_section, piece_count, wide_h2)?,
         })
     }
 }
@@ -320,22 +324,30 @@ fn check_widths(sig_bits: u32, piece_bits: u32, max_field: u64) -> Result<()> {
 }
 
 /// The exception list: sorted, each naming one of the `piece_count`
-/// pieces (`field` is the piece index + 1).
-fn decode_exceptions(section: &[u8], piece_count: usize) -> Result<Vec<Exception>> {
+/// pieces (`field` is the piece index + 1). `wide_h2`: it stores 64-bit
+/// second hashes (meta versions 1 to 3), taken to their high halves.
+fn decode_exceptions(section: &[u8], piece_count: usize, wide_h2: bool) -> Result<Vec<Exception>> {
     let mut d = Decoder::new(section, "tph exceptions");
     let count = d.u64()?;
-    if count > (d.remaining() / 20) as u64 {
+    let record = if wide_h2 { 20 } else { 16 };
+    if count > (d.remaining() / record) as u64 {
         return Err(Error::corruption(
             "tph exception count",
-            d.remaining() / 20,
+            d.remaining() / record,
             count,
         ));
     }
     let mut exceptions = Vec::with_capacity(count as usize);
     for _ in 0..count {
+        let h = d.u64()?;
+        let h2 = if wide_h2 {
+            narrow_hash2(d.u64()?)
+        } else {
+            u64::from(d.u32()?)
+        };
         exceptions.push(Exception {
-            h: d.u64()?,
-            h2: d.u64()?,
+            h,
+            h2,
             field: d.u32()?,
         });
     }
@@ -357,6 +369,46 @@ fn decode_exceptions(section: &[u8], piece_count: usize) -> Result<Vec<Exception
 mod tests {
     use super::*;
     use crate::phf::{PhfConfig, PhfKind};
+
+    /// Heads of meta versions 1 to 3 stored exceptions with 64-bit second
+    /// hashes: read as their high halves, the keys' `key_hash2` now, so
+    /// that a lookup of such a key finds its piece. Version 4 stores them
+    /// in 32 bits; a record cut short is an error.
+    #[test]
+    fn exceptions_of_both_widths_read_as_32_bit_second_hashes() {
+        let keys: [&[u8]; 2] = [b"one", b"two"];
+        let wide_hash2 = |k: &[u8]| xxhash_rust::xxh3::xxh3_64_with_seed(k, 0x7470_6864_625f_6b32);
+        let mut want: Vec<Exception> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Exception {
+                h: 77,
+                h2: key_hash2(k),
+                field: i as u32 + 1,
+            })
+            .collect();
+        want.sort_unstable();
+        let mut wide = Vec::new();
+        wide.put_u64(2);
+        for e in &want {
+            let k = keys[e.field as usize - 1];
+            assert_eq!(narrow_hash2(wide_hash2(k)), e.h2);
+            wide.put_u64(e.h);
+            wide.put_u64(wide_hash2(k));
+            wide.put_u32(e.field);
+        }
+        assert_eq!(decode_exceptions(&wide, 2, true).unwrap(), want);
+        let narrow = GlobalIndex::encode_exceptions(&want);
+        assert_eq!(narrow.len(), 8 + 2 * 16);
+        assert_eq!(decode_exceptions(&narrow, 2, false).unwrap(), want);
+        for len in 0..narrow.len() {
+            assert!(
+                decode_exceptions(&narrow[..len], 2, false).is_err(),
+                "{len}"
+            );
+        }
+        assert!(decode_exceptions(&wide, 2, false).is_err());
+    }
 
     #[test]
     fn packed_fields_round_trip() {
@@ -380,6 +432,7 @@ mod tests {
                 Bytes::from(slots),
                 &GlobalIndex::encode_exceptions(&[]),
                 pieces as usize,
+                false,
             )
             .unwrap();
             let Lookup::Slots { slots, .. } = &idx.lookup else {

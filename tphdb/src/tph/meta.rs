@@ -15,19 +15,10 @@ pub(crate) enum IndexFormat {
     /// Version 1: a perfect hash (section 17) and a slot per table entry
     /// (section 18), piece fields `i + 1`, 0 empty.
     Slots,
-    /// Versions 2 and 3 (written since; 3 adds each piece's shadowed
-    /// entries): a fuse storing each live key's field (section 21), piece
-    /// fields `i`.
+    /// Versions 2 to 4 (written since; 3 adds each piece's shadowed
+    /// entries, 4 stores the exceptions' second hashes in 32 bits): a fuse
+    /// storing each live key's field (section 21), piece fields `i`.
     Fuse,
-}
-
-impl IndexFormat {
-    fn version(self) -> u32 {
-        match self {
-            IndexFormat::Slots => 1,
-            IndexFormat::Fuse => 3,
-        }
-    }
 }
 
 /// A data piece of a TPH, as its head records it.
@@ -56,6 +47,9 @@ pub(crate) struct TphMeta {
     pub(crate) piece_bits: u32,
     /// Data pieces, oldest first.
     pub(crate) pieces: Vec<MetaPiece>,
+    /// The exception list stores 64-bit second hashes (meta versions 1 to
+    /// 3), whose high halves are the keys' `key_hash2`.
+    pub(crate) wide_h2: bool,
 }
 
 impl TphMeta {
@@ -63,9 +57,18 @@ impl TphMeta {
         self.pieces.iter().map(|p| p.live).sum()
     }
 
+    /// The meta section's version.
+    fn version(&self) -> u32 {
+        match (self.format, self.wide_h2) {
+            (IndexFormat::Slots, _) => 1,
+            (IndexFormat::Fuse, true) => 3,
+            (IndexFormat::Fuse, false) => 4,
+        }
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(32 + self.pieces.len() * 24);
-        b.put_u32(self.format.version());
+        b.put_u32(self.version());
         b.put_u32(self.level);
         b.put_u64(self.partition);
         b.put_u32(self.sig_bits);
@@ -86,10 +89,10 @@ impl TphMeta {
         let version = d.u32()?;
         let format = match version {
             1 => IndexFormat::Slots,
-            2 | 3 => IndexFormat::Fuse,
-            v => return Err(Error::corruption("tph meta version", "1 to 3", v)),
+            2..=4 => IndexFormat::Fuse,
+            v => return Err(Error::corruption("tph meta version", "1 to 4", v)),
         };
-        let record = if version == 3 { 24 } else { 16 };
+        let record = if version >= 3 { 24 } else { 16 };
         let level = d.u32()?;
         let partition = d.u64()?;
         let sig_bits = d.u32()?;
@@ -107,7 +110,7 @@ impl TphMeta {
             pieces.push(MetaPiece {
                 number: d.u64()?,
                 live: d.u64()?,
-                shadowed: if version == 3 { d.u64()? } else { 0 },
+                shadowed: if version >= 3 { d.u64()? } else { 0 },
             });
         }
         d.finish()?;
@@ -118,6 +121,7 @@ impl TphMeta {
             sig_bits,
             piece_bits,
             pieces,
+            wide_h2: version < 4,
         })
     }
 }
@@ -126,8 +130,9 @@ impl TphMeta {
 mod tests {
     use super::*;
 
-    fn meta(format: IndexFormat) -> TphMeta {
+    fn meta(format: IndexFormat, wide_h2: bool) -> TphMeta {
         TphMeta {
+            wide_h2,
             format,
             level: 2,
             partition: 9,
@@ -150,8 +155,12 @@ mod tests {
 
     #[test]
     fn a_meta_round_trips_with_its_shadowed_counts() {
-        for format in [IndexFormat::Slots, IndexFormat::Fuse] {
-            let m = meta(format);
+        for (format, wide_h2) in [
+            (IndexFormat::Slots, true),
+            (IndexFormat::Fuse, true),
+            (IndexFormat::Fuse, false),
+        ] {
+            let m = meta(format, wide_h2);
             assert_eq!(TphMeta::decode(&m.encode()).unwrap(), m);
         }
     }
@@ -169,7 +178,7 @@ mod tests {
         b.put_u64(5);
         b.put_u64(77);
         let m = TphMeta::decode(&b).unwrap();
-        assert_eq!(m.format, IndexFormat::Fuse);
+        assert_eq!((m.format, m.wide_h2), (IndexFormat::Fuse, true));
         assert_eq!(
             m.pieces,
             vec![MetaPiece {
@@ -182,12 +191,12 @@ mod tests {
 
     #[test]
     fn a_truncated_or_unknown_meta_is_corruption() {
-        let b = meta(IndexFormat::Fuse).encode();
+        let b = meta(IndexFormat::Fuse, false).encode();
         for len in 0..b.len() {
             assert!(TphMeta::decode(&b[..len]).is_err(), "{len} bytes");
         }
-        let mut v4 = b.clone();
-        v4[0] = 4;
-        assert!(TphMeta::decode(&v4).is_err());
+        let mut v5 = b.clone();
+        v5[0] = 5;
+        assert!(TphMeta::decode(&v5).is_err());
     }
 }

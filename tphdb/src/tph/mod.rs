@@ -136,6 +136,7 @@ impl Tph {
                     section(SECTION_SLOTS, "slots")?,
                     &exceptions,
                     meta.pieces.len(),
+                    meta.wide_h2,
                 )?,
                 IndexFormat::Fuse => GlobalIndex::decode_fuse(
                     section(SECTION_FUSE, "fuse")?,
@@ -143,6 +144,7 @@ impl Tph {
                     meta.piece_bits,
                     &exceptions,
                     meta.pieces.len(),
+                    meta.wide_h2,
                 )?,
             };
             Ok((meta, index))

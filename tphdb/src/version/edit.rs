@@ -62,10 +62,12 @@ const FORMAT: u64 = 10;
 /// carry a fuse global index (meta version 2). Version 3: heads record
 /// each piece's shadowed entries (meta version 3). Version 4: pieces of
 /// piece format 2 (`piece::format`), which a reader of version 3 would
-/// take for corrupt. Older heads and pieces are still read, and the first
-/// open that writes makes an older database version 4 (every open starts
-/// a MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 4;
+/// take for corrupt. Version 5: pieces of piece format 3 (32-bit second
+/// key hashes, entries' tags holding the key's length) and heads of meta
+/// version 4. Older heads and pieces are still read, and the first open
+/// that writes makes an older database version 5 (every open starts a
+/// MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 5;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {

@@ -5,13 +5,13 @@ use bytes::Bytes;
 
 use super::PieceReader;
 use crate::error::{Error, Result};
+use crate::hash::narrow_hash2;
 use crate::piece::format::SectionId;
 use crate::util::checksum_matches;
-use crate::util::codec::u64_at;
 
-/// [`PieceReader::for_each_key_hash`] reads the key hashes this many bytes
-/// at a time (a multiple of the 16 bytes of a pair).
-const HASH_CHUNK_BYTES: u64 = 64 << 10;
+/// [`PieceReader::for_each_key_hash`] reads the key hashes this many pairs
+/// at a time (48 KiB or 64 KiB).
+const HASH_CHUNK_PAIRS: u64 = 4 << 10;
 
 /// The key hashes read are let go of (see `RandomAccessFile::done_with`)
 /// this many bytes at a time, and at the end of each call. Each release
@@ -30,22 +30,39 @@ impl PieceReader {
     /// ascending.
     pub(crate) fn key_hash_section(&self) -> Result<HashSection> {
         let b = self.section(SectionId::Hashes)?;
-        let s = HashSection(b);
+        let s = HashSection {
+            bytes: b,
+            pair: self.key_hash_pair(),
+        };
         let n = s.len();
         let sorted = (1..n).all(|i| s.get(i - 1) <= s.get(i));
-        if s.0.len() as u64 != self.props.entry_count * 16 || !sorted {
+        if s.bytes.len() as u64 != self.props.entry_count * s.pair.bytes() || !sorted {
             return Err(Error::corruption(
                 "key hashes",
                 format!("{} ascending hash pairs", self.props.entry_count),
-                format!("{} bytes, sorted: {sorted}", s.0.len()),
+                format!("{} bytes, sorted: {sorted}", s.bytes.len()),
             )
             .at(&self.name));
         }
         Ok(s)
     }
 
+    /// How this piece's key-hash section stores a pair.
+    pub(crate) fn key_hash_pair(&self) -> HashPair {
+        if self.format_version >= 3 {
+            HashPair::Narrow
+        } else {
+            HashPair::Wide
+        }
+    }
+
+    /// Bytes of the key-hash section: what a pass over all of it reads.
+    pub(crate) fn key_hash_bytes(&self) -> u64 {
+        self.props.entry_count * self.key_hash_pair().bytes()
+    }
+
     /// Calls `f` with `(key_hash, key_hash2)` of every entry, ascending,
-    /// reading the key-hash section in chunks of [`HASH_CHUNK_BYTES`]: the
+    /// reading the key-hash section in chunks of [`HASH_CHUNK_PAIRS`]: the
     /// memory it takes does not grow with the piece. Order and count are
     /// checked as it goes, the section's checksum at the end: on an error
     /// `f` may have seen entries of a damaged section, and the caller must
@@ -104,7 +121,9 @@ impl PieceReader {
             )
             .at(&self.name)
         };
-        if section.len != self.props.entry_count * 16 {
+        let pair = self.key_hash_pair();
+        let width = pair.bytes();
+        if section.len != self.props.entry_count * width {
             return Err(bad(format!("{} bytes", section.len)));
         }
         if cursor.checked {
@@ -113,21 +132,20 @@ impl PieceReader {
         let from = cursor.at;
         while cursor.at < section.len {
             // Less than a chunk is read past the last pair wanted.
-            let n = (section.len - cursor.at).min(HASH_CHUNK_BYTES) as usize;
+            let n = (section.len - cursor.at).min(HASH_CHUNK_PAIRS * width) as usize;
             let chunk = self.read_range(section.offset + cursor.at, n)?;
             let mut used = 0;
             while used < n {
-                let i = used / 16;
-                let pair = (u64_at(&chunk, 2 * i), u64_at(&chunk, 2 * i + 1));
-                if pair.0 > last {
+                let hashes = pair.decode(&chunk[used..]);
+                if hashes.0 > last {
                     break;
                 }
-                if pair < cursor.prev {
-                    return Err(bad(format!("{pair:?} after {:?}", cursor.prev)));
+                if hashes < cursor.prev {
+                    return Err(bad(format!("{hashes:?} after {:?}", cursor.prev)));
                 }
-                cursor.prev = pair;
-                f(pair.0, pair.1);
-                used += 16;
+                cursor.prev = hashes;
+                f(hashes.0, hashes.1);
+                used += width as usize;
             }
             cursor.crc = crc32c::crc32c_append(cursor.crc, &chunk[..used]);
             cursor.at += used as u64;
@@ -177,17 +195,55 @@ impl KeyHashCursor {
     }
 }
 
+/// How a key-hash section stores a pair `(key_hash, key_hash2)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HashPair {
+    /// Format 1 and 2: `h:u64, h2:u64`, the second hash 64 bits wide (its
+    /// high half is the key's [`crate::hash::key_hash2`]).
+    Wide,
+    /// Format 3: `h:u64, h2:u32`.
+    Narrow,
+}
+
+impl HashPair {
+    /// Bytes of a pair.
+    pub(crate) fn bytes(self) -> u64 {
+        match self {
+            HashPair::Wide => 16,
+            HashPair::Narrow => 12,
+        }
+    }
+
+    /// The pair at the start of `b`, which holds at least one.
+    fn decode(self, b: &[u8]) -> (u64, u64) {
+        let h = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let h2 = match self {
+            HashPair::Wide => {
+                narrow_hash2(u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")))
+            }
+            HashPair::Narrow => {
+                u64::from(u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")))
+            }
+        };
+        (h, h2)
+    }
+}
+
 /// `(key_hash, key_hash2)` of every entry of a piece, ascending.
 #[derive(Clone, Debug)]
-pub(crate) struct HashSection(Bytes);
+pub(crate) struct HashSection {
+    bytes: Bytes,
+    pair: HashPair,
+}
 
 impl HashSection {
     pub(crate) fn len(&self) -> usize {
-        self.0.len() / 16
+        self.bytes.len() / self.pair.bytes() as usize
     }
 
     pub(crate) fn get(&self, i: usize) -> (u64, u64) {
-        (u64_at(&self.0, 2 * i), u64_at(&self.0, 2 * i + 1))
+        let width = self.pair.bytes() as usize;
+        self.pair.decode(&self.bytes[i * width..])
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {

@@ -25,7 +25,7 @@ fn an_index_built_in_passes_reads_each_piece_key_hashes_once() {
     // that the old index routes to the first piece by a chance signature
     // match read its key hashes once more.
     assert!(
-        stats.hash_bytes_read <= 2 * 1000 * 16,
+        stats.hash_bytes_read <= 2 * 1000 * 12,
         "{} bytes of key hashes read",
         stats.hash_bytes_read
     );
@@ -51,16 +51,16 @@ fn a_pass_over_a_few_partitions_reads_only_their_blocks() {
     assert!((150..350).contains(&part.len()), "{} entries", part.len());
     let (read, of) = (pass.input_bytes_read, whole.input_bytes_read);
     assert!(read * 5 < of, "{read} bytes read of {of}");
-    // Finding them took the key hashes up to the range's end, 16 bytes an
+    // Finding them took the key hashes up to the range's end, 12 bytes an
     // entry: those of partitions 0 to 2, about 3/8 of them.
     assert!(
-        (500 * 16..1000 * 16).contains(&pass.hash_bytes_read),
+        (500 * 12..1000 * 12).contains(&pass.hash_bytes_read),
         "{} bytes of key hashes",
         pass.hash_bytes_read
     );
     // The rest are read, and the section's checksum checked, at the end.
     passes.finish(tph, &mut pass).unwrap();
-    assert_eq!(pass.hash_bytes_read, 2000 * 16);
+    assert_eq!(pass.hash_bytes_read, 2000 * 12);
 }
 
 /// Regression: each pass of a merge too large for memory (a few target
@@ -91,7 +91,7 @@ fn passes_over_ascending_ranges_read_each_piece_key_hashes_once() {
     }
     passes.finish(tph, &mut stats).unwrap();
     assert_eq!(found, tph.live_count());
-    assert_eq!(stats.hash_bytes_read, stored * 16);
+    assert_eq!(stats.hash_bytes_read, stored * 12);
 }
 
 /// The live entries of the partitions of a level, read one partition at a
