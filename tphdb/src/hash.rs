@@ -33,6 +33,13 @@ pub(crate) fn key_hash2(key: &[u8]) -> u64 {
     narrow_hash2(xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH2_SEED))
 }
 
+/// The 64-bit second hash older formats stored, whose high half is
+/// [`key_hash2`].
+#[cfg(test)]
+pub(crate) fn wide_key_hash2(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, KEY_HASH2_SEED)
+}
+
 /// The 32-bit second hash of a key whose 64-bit second hash (as older
 /// formats stored it) is `wide`. Its high half: sorted pairs of wide
 /// hashes stay sorted.
