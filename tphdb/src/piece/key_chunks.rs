@@ -9,10 +9,10 @@ use crate::util::checksum_matches;
 use crate::util::codec::{Decoder, PutExt};
 
 const FLAG_TOMBSTONE: u8 = 1;
-/// In a version-2 item's tag: the entry is in an overflow slot, which
-/// follows the key.
+/// In the tag of an item of version 2 or later: the entry is in an
+/// overflow slot, which follows the key.
 const FLAG_OVERFLOW: u64 = 2;
-/// Bits of a version-2 item's tag below the shared prefix's length.
+/// Bits of such a tag below the shared prefix's length.
 const TAG_FLAG_BITS: u32 = 2;
 
 /// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
@@ -149,7 +149,7 @@ impl Chunk {
             keys: Vec::with_capacity(body),
             items: Vec::with_capacity(items.count),
         };
-        // Version 1 names every slot; version 2 only overflow ones.
+        // Version 1 names every slot; later versions only overflow ones.
         let first_slot = match items.version {
             1 => 0,
             _ => slots.table_size,

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::hash::narrow_hash2;
 use crate::piece::format::SectionId;
 use crate::util::checksum_matches;
+use crate::util::codec::{u32_at, u64_at};
 
 /// [`PieceReader::for_each_key_hash`] reads the key hashes this many pairs
 /// at a time (48 KiB or 64 KiB).
@@ -216,16 +217,11 @@ impl HashPair {
 
     /// The pair at the start of `b`, which holds at least one.
     fn decode(self, b: &[u8]) -> (u64, u64) {
-        let h = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
         let h2 = match self {
-            HashPair::Wide => {
-                narrow_hash2(u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")))
-            }
-            HashPair::Narrow => {
-                u64::from(u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")))
-            }
+            HashPair::Wide => narrow_hash2(u64_at(b, 1)),
+            HashPair::Narrow => u64::from(u32_at(b, 2)),
         };
-        (h, h2)
+        (u64_at(b, 0), h2)
     }
 }
 
