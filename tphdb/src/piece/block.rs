@@ -5,9 +5,12 @@
 //!                            (padding when flags bit 2; crc over all before it)
 //! payload := raw | raw_len:u32 lz4_block(raw)               (flags bit 0)
 //! raw     := offsets[count + 1] entries      (u16 or u32 offsets: bit 1)
+//!          | lengths entries                 (flags bit 3, format 4)
+//! lengths := base:varint width:u8 residuals[count]   (width bits each)
 //! ```
-//! Slot `i` of the block holds `entries[offsets[i]..offsets[i + 1]]`; an empty
-//! range is an empty slot.
+//! Slot `i` of the block holds `entries[offsets[i]..offsets[i + 1]]`, or
+//! the bytes after the slots before it, as long as its length says; an
+//! empty range is an empty slot.
 
 use bytes::Bytes;
 
@@ -15,6 +18,7 @@ use super::entry::{decode_entry, decode_entry_ref, Entry, EntryRef};
 use super::format::Compression;
 use crate::error::{Error, Result};
 use crate::util::checksum_matches;
+use crate::util::codec::{Decoder, PutExt};
 
 pub(crate) const TRAILER_BYTES: usize = 5;
 const FLAG_LZ4: u8 = 1;
@@ -22,8 +26,61 @@ const FLAG_WIDE: u8 = 2;
 /// Zero bytes and their count (u16) precede the flags: the padding that
 /// moves the next block to a page boundary.
 const FLAG_PADDED: u8 = 4;
+/// The raw block starts with a length table, not an offset table.
+const FLAG_LENGTHS: u8 = 8;
 /// Largest padding a block can carry.
 pub(crate) const MAX_PADDING: usize = u16::MAX as usize;
+/// Blocks of more slots keep the offset table: a slot's start is the sum
+/// of the lengths before it, a loop a get runs.
+const LENGTHS_MAX_SLOTS: usize = 64;
+/// In a length table's width byte: a residual of 0 is an empty slot, and
+/// the others are one more than the length above the base.
+const LENGTHS_EMPTY: u8 = 0x80;
+/// In a length table's width byte: the residuals' width in bits.
+const LENGTHS_WIDTH_MASK: u8 = 0x3f;
+
+/// The length table of `lengths` (0 for an empty slot): each slot's
+/// length above the smallest entry's, in as few bits as the largest
+/// needs. Entries of one size (fixed-size values) take no bits at all,
+/// where an offset table takes 2 or 4 bytes a slot.
+fn encode_lengths(lengths: &[usize], out: &mut Vec<u8>) {
+    let empty = lengths.contains(&0);
+    let base = lengths
+        .iter()
+        .filter(|&&l| l > 0)
+        .min()
+        .copied()
+        .unwrap_or(0);
+    let residual = |l: usize| match (empty, l) {
+        (true, 0) => 0,
+        (true, l) => (l - base + 1) as u64,
+        (false, l) => (l - base) as u64,
+    };
+    let largest = lengths.iter().map(|&l| residual(l)).max().unwrap_or(0);
+    let width = 64 - largest.leading_zeros();
+    out.put_varint(base as u64);
+    out.push(width as u8 | if empty { LENGTHS_EMPTY } else { 0 });
+    let (mut acc, mut bits) = (0u64, 0u32);
+    for &l in lengths {
+        acc |= residual(l) << bits;
+        bits += width;
+        while bits >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            bits -= 8;
+        }
+    }
+    if bits > 0 {
+        out.push(acc as u8);
+    }
+}
+
+/// Bytes of the length table of `count` slots whose entries take at most
+/// `largest` bytes: what [`encode_lengths`] writes, or more.
+fn lengths_bound(count: usize, largest: usize) -> usize {
+    let width = (usize::BITS - (largest + 1).leading_zeros()) as usize;
+    10 + 1 + (count * width).div_ceil(8)
+}
 
 /// Appends the encoded block of `slots` to `out`; returns the raw
 /// (decompressed) size. `lz4_scratch` is reused between calls.
@@ -34,35 +91,53 @@ pub(crate) fn encode_block<'a>(
     out: &mut Vec<u8>,
 ) -> Result<usize> {
     let count = slots.len();
-    let entries_len: usize = slots.iter().flatten().map(|e| e.encoded_len()).sum();
+    let lengths: Vec<usize> = slots
+        .iter()
+        .map(|e| e.map_or(0, |e| e.encoded_len()))
+        .collect();
+    let entries_len: usize = lengths.iter().sum();
     let wide = entries_len > u16::MAX as usize;
-    let raw_len = (count + 1) * if wide { 4 } else { 2 } + entries_len;
-    if raw_len > u32::MAX as usize - 64 {
+    let by_lengths = count <= LENGTHS_MAX_SLOTS;
+    let table_len = if by_lengths {
+        lengths_bound(count, lengths.iter().copied().max().unwrap_or(0))
+    } else {
+        (count + 1) * if wide { 4 } else { 2 }
+    };
+    if table_len + entries_len > u32::MAX as usize - 64 {
         return Err(Error::InvalidArgument(format!(
-            "a block of {raw_len} bytes exceeds 4 GiB; values this large need fewer per block"
+            "a block of {} bytes exceeds 4 GiB; values this large need fewer per block",
+            table_len + entries_len
         )));
     }
     let start = out.len();
-    out.reserve(raw_len + TRAILER_BYTES);
-    let mut at = 0usize;
-    let put_offset = |out: &mut Vec<u8>, o: usize| {
-        if wide {
-            out.extend_from_slice(&(o as u32).to_le_bytes());
-        } else {
-            out.extend_from_slice(&(o as u16).to_le_bytes());
+    out.reserve(table_len + entries_len + TRAILER_BYTES);
+    let mut flags = 0;
+    if by_lengths {
+        encode_lengths(&lengths, out);
+        flags |= FLAG_LENGTHS;
+    } else {
+        let put_offset = |out: &mut Vec<u8>, o: usize| {
+            if wide {
+                out.extend_from_slice(&(o as u32).to_le_bytes());
+            } else {
+                out.extend_from_slice(&(o as u16).to_le_bytes());
+            }
+        };
+        let mut at = 0usize;
+        put_offset(out, 0);
+        for l in &lengths {
+            at += l;
+            put_offset(out, at);
         }
-    };
-    put_offset(out, 0);
-    for e in slots {
-        at += e.map_or(0, |e| e.encoded_len());
-        put_offset(out, at);
+        if wide {
+            flags |= FLAG_WIDE;
+        }
     }
     for e in slots.iter().flatten() {
         e.encode(out);
     }
-    debug_assert_eq!(out.len() - start, raw_len);
+    let raw_len = out.len() - start;
 
-    let mut flags = if wide { FLAG_WIDE } else { 0 };
     if compression == Compression::Lz4 {
         lz4_scratch.clear();
         lz4_scratch.extend_from_slice(&(raw_len as u32).to_le_bytes());
@@ -101,7 +176,24 @@ pub(crate) fn pad_block(block: &mut Vec<u8>, grow: usize) {
 pub(crate) struct Block {
     raw: Bytes,
     count: usize,
-    wide: bool,
+    table: SlotTable,
+    /// Where the entries start in `raw`, after the table.
+    entries_start: usize,
+}
+
+/// How a block says where its slots are.
+#[derive(Clone, Copy, Debug)]
+enum SlotTable {
+    /// `count + 1` offsets of 2 or 4 bytes.
+    Offsets { wide: bool },
+    /// Lengths: `base` plus residuals of `width` bits from byte `at`.
+    Lengths {
+        base: u64,
+        width: u32,
+        /// A residual of 0 is an empty slot, the others one too many.
+        empty: bool,
+        at: usize,
+    },
 }
 
 impl Block {
@@ -126,10 +218,12 @@ impl Block {
             ));
         }
         let flags = bytes[body];
-        if flags & !(FLAG_LZ4 | FLAG_WIDE | FLAG_PADDED) != 0 {
+        if flags & !(FLAG_LZ4 | FLAG_WIDE | FLAG_PADDED | FLAG_LENGTHS) != 0
+            || flags & (FLAG_WIDE | FLAG_LENGTHS) == FLAG_WIDE | FLAG_LENGTHS
+        {
             return Err(Error::corruption(
                 "block flags",
-                "bits 0 to 2 only",
+                "bits 0 to 3 only, not both 1 and 3",
                 format!("{flags:#04x}"),
             ));
         }
@@ -178,52 +272,139 @@ impl Block {
         } else {
             bytes.slice(..body)
         };
-        let wide = flags & FLAG_WIDE != 0;
-        let block = Block { raw, count, wide };
-        block.check_offsets()?;
+        if flags & FLAG_LENGTHS != 0 {
+            Block::with_lengths(raw, count)
+        } else {
+            let wide = flags & FLAG_WIDE != 0;
+            let entries_start = (count + 1) * if wide { 4 } else { 2 };
+            let block = Block {
+                raw,
+                count,
+                table: SlotTable::Offsets { wide },
+                entries_start,
+            };
+            block.check_offsets()?;
+            Ok(block)
+        }
+    }
+
+    /// A block of `raw` with a length table: the table fits and its
+    /// lengths add up to the entries.
+    fn with_lengths(raw: Bytes, count: usize) -> Result<Block> {
+        if count > LENGTHS_MAX_SLOTS {
+            return Err(Error::corruption(
+                "block length table",
+                format!("at most {LENGTHS_MAX_SLOTS} slots"),
+                count,
+            ));
+        }
+        let mut d = Decoder::new(&raw, "block length table");
+        let base = d.varint()?;
+        let width_byte = d.u8()?;
+        let width = u32::from(width_byte & LENGTHS_WIDTH_MASK);
+        if width > 32
+            || width_byte & !(LENGTHS_WIDTH_MASK | LENGTHS_EMPTY) != 0
+            || base > u32::MAX.into()
+        {
+            return Err(Error::corruption(
+                "block length table",
+                "a base below 2^32 and residuals of at most 32 bits",
+                format!("base {base}, width byte {width_byte:#04x}"),
+            ));
+        }
+        let at = d.position();
+        d.bytes((count * width as usize).div_ceil(8))?;
+        let block = Block {
+            count,
+            table: SlotTable::Lengths {
+                base,
+                width,
+                empty: width_byte & LENGTHS_EMPTY != 0,
+                at,
+            },
+            entries_start: d.position(),
+            raw,
+        };
+        let total: u64 = (0..count).map(|i| block.slot_len(i)).sum();
+        if total != (block.raw.len() - block.entries_start) as u64 {
+            return Err(Error::corruption(
+                "block entries length",
+                block.raw.len() - block.entries_start,
+                total,
+            ));
+        }
         Ok(block)
     }
 
-    fn width(&self) -> usize {
-        if self.wide {
-            4
-        } else {
-            2
-        }
-    }
-
-    fn entries_start(&self) -> usize {
-        (self.count + 1) * self.width()
-    }
-
-    /// Offset `i` of the table; the table was checked to be in bounds.
+    /// Offset `i` of an offset table; the table was checked to be in
+    /// bounds.
     #[inline]
-    fn offset(&self, i: usize) -> usize {
-        let at = i * self.width();
-        let r = &self.raw[at..at + self.width()];
-        if self.wide {
+    fn offset(&self, i: usize, wide: bool) -> usize {
+        if wide {
+            let r = &self.raw[i * 4..i * 4 + 4];
             u32::from_le_bytes([r[0], r[1], r[2], r[3]]) as usize
         } else {
-            u16::from_le_bytes([r[0], r[1]]) as usize
+            u16::from_le_bytes([self.raw[i * 2], self.raw[i * 2 + 1]]) as usize
         }
     }
 
-    /// The table fits, starts at 0, never decreases and ends at the end.
+    /// The length of slot `i` in a length table (0 for an offset table).
+    #[inline]
+    fn slot_len(&self, i: usize) -> u64 {
+        let SlotTable::Lengths {
+            base,
+            width,
+            empty,
+            at,
+        } = self.table
+        else {
+            return 0;
+        };
+        let bit = i * width as usize;
+        let first = at + bit / 8;
+        let mut v = 0u64;
+        for (k, &b) in self.raw[first..first + (bit % 8 + width as usize).div_ceil(8)]
+            .iter()
+            .enumerate()
+        {
+            v |= u64::from(b) << (8 * k);
+        }
+        let residual = (v >> (bit % 8)) & ((1u64 << width) - 1);
+        match (empty, residual) {
+            (true, 0) => 0,
+            (true, r) => base + r - 1,
+            (false, r) => base + r,
+        }
+    }
+
+    /// The offset table fits, starts at 0, never decreases and ends at
+    /// the end.
     fn check_offsets(&self) -> Result<()> {
-        let start = self.entries_start();
+        let SlotTable::Offsets { wide } = self.table else {
+            return Ok(());
+        };
+        let start = self.entries_start;
         if self.raw.len() < start {
             return Err(Error::corruption(
                 "block offset table",
-                format!("{} offsets of {} bytes", self.count + 1, self.width()),
+                format!(
+                    "{} offsets of {} bytes",
+                    self.count + 1,
+                    if wide { 4 } else { 2 }
+                ),
                 format!("{} bytes", self.raw.len()),
             ));
         }
         let mut prev = 0;
-        if self.offset(0) != 0 {
-            return Err(Error::corruption("first block offset", 0, self.offset(0)));
+        if self.offset(0, wide) != 0 {
+            return Err(Error::corruption(
+                "first block offset",
+                0,
+                self.offset(0, wide),
+            ));
         }
         for i in 1..=self.count {
-            let o = self.offset(i);
+            let o = self.offset(i, wide);
             if o < prev {
                 return Err(Error::corruption(
                     format!("block offset {i}"),
@@ -254,9 +435,20 @@ impl Block {
     }
 
     fn range(&self, i: usize) -> Option<(usize, usize)> {
-        let base = self.entries_start();
-        let (s, e) = (self.offset(i), self.offset(i + 1));
-        (s != e).then_some((base + s, base + e))
+        let (s, e) = match self.table {
+            SlotTable::Offsets { wide } => (self.offset(i, wide), self.offset(i + 1, wide)),
+            SlotTable::Lengths {
+                base,
+                width: 0,
+                empty: false,
+                ..
+            } => (i * base as usize, (i + 1) * base as usize),
+            SlotTable::Lengths { .. } => {
+                let s = (0..i).map(|j| self.slot_len(j) as usize).sum::<usize>();
+                (s, s + self.slot_len(i) as usize)
+            }
+        };
+        (s != e).then_some((self.entries_start + s, self.entries_start + e))
     }
 
     /// The entry in slot `i` (`i < slot_count()`), or `None` if empty.
@@ -322,6 +514,132 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Slots of `n` puts of `value_len`-byte values, every `gap`th empty.
+    fn sized(
+        n: usize,
+        value_len: impl Fn(usize) -> usize,
+        gap: usize,
+    ) -> Vec<Option<EntryRef<'static>>> {
+        static VALUE: [u8; 70_000] = [9; 70_000];
+        (0..n)
+            .map(|i| {
+                (gap == 0 || i % gap != gap - 1).then(|| EntryRef {
+                    key: b"key",
+                    value: Some(&VALUE[..value_len(i)]),
+                    seq: 5,
+                })
+            })
+            .collect()
+    }
+
+    /// The encoded block of `slots` and its raw size.
+    fn encoded(slots: &[Option<EntryRef<'_>>]) -> (Vec<u8>, usize) {
+        let mut out = Vec::new();
+        let raw = encode_block(slots, Compression::None, &mut Vec::new(), &mut out).unwrap();
+        (out, raw)
+    }
+
+    fn assert_reads_back(slots: &[Option<EntryRef<'_>>]) -> Block {
+        let (out, raw) = encoded(slots);
+        let b = Block::decode(Bytes::from(out), slots.len(), raw).unwrap();
+        for (i, s) in slots.iter().enumerate() {
+            let got = b.entry_ref(i).unwrap();
+            assert_eq!(
+                got.map(|e| (e.key, e.value)),
+                s.map(|e| (e.key, e.value)),
+                "slot {i}"
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn a_block_of_one_entry_size_has_a_three_byte_length_table() {
+        let b = assert_reads_back(&sized(8, |_| 128, 0));
+        // A one-byte width and a base of two varint bytes (132 bytes an
+        // entry), against nine 2-byte offsets.
+        assert_eq!(b.entries_start, 3);
+        assert!(matches!(
+            b.table,
+            SlotTable::Lengths {
+                width: 0,
+                empty: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn length_tables_of_every_shape_read_back() {
+        for gap in [0, 1, 2, 3, 8] {
+            for n in [1, 2, 7, 8, 9, 33, 64] {
+                assert_reads_back(&sized(n, |i| 100 + i % 3, gap));
+                assert_reads_back(&sized(n, |i| i * 7, gap));
+                assert_reads_back(&sized(n, |i| 1000 * (i % 2), gap));
+            }
+        }
+        // Residuals of 16 bits and more, and an entry past 64 KiB.
+        let b = assert_reads_back(&sized(5, |i| [0, 65_000, 3, 69_000, 10][i], 0));
+        assert!(matches!(b.table, SlotTable::Lengths { width: 17, .. }));
+    }
+
+    #[test]
+    fn a_block_of_more_than_64_slots_keeps_its_offsets() {
+        let b = assert_reads_back(&sized(65, |i| 10 + i % 4, 5));
+        assert!(matches!(b.table, SlotTable::Offsets { wide: false }));
+        let b = assert_reads_back(&sized(70, |i| if i == 3 { 66_000 } else { 10 }, 0));
+        assert!(matches!(b.table, SlotTable::Offsets { wide: true }));
+    }
+
+    /// `raw` as an uncompressed block with its flags and checksum.
+    fn sealed(raw: &[u8], flags: u8) -> Bytes {
+        let mut b = raw.to_vec();
+        b.push(flags);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn a_checksummed_length_table_that_does_not_fit_is_an_error() {
+        let entry = |out: &mut Vec<u8>| {
+            EntryRef {
+                key: b"k",
+                value: Some(b"v"),
+                seq: 1,
+            }
+            .encode(out)
+        };
+        let mut one = Vec::new();
+        entry(&mut one);
+        let len = one.len() as u8;
+        // Two slots of `len` bytes, then the same with each way to be wrong:
+        // lengths that add up to more or less, a width past 32, an unknown
+        // width bit, more slots than a length table may have, both tables.
+        let mut good = vec![len, 0];
+        entry(&mut good);
+        entry(&mut good);
+        assert!(Block::decode(sealed(&good, FLAG_LENGTHS), 2, 100).is_ok());
+        let mut bad = vec![
+            (vec![len + 1, 0], FLAG_LENGTHS, 2),
+            (vec![len - 1, 0], FLAG_LENGTHS, 2),
+            (vec![len, 33, 0, 0, 0, 0, 0, 0, 0, 0], FLAG_LENGTHS, 2),
+            (vec![len, 0x40], FLAG_LENGTHS, 2),
+            (vec![len, 0], FLAG_LENGTHS, 65),
+            (vec![len, 0], FLAG_LENGTHS | FLAG_WIDE, 2),
+            (vec![0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0], FLAG_LENGTHS, 2),
+        ];
+        for (table, flags, count) in &mut bad {
+            entry(table);
+            entry(table);
+            let got = Block::decode(sealed(table, *flags), *count, 100);
+            assert!(
+                matches!(got, Err(Error::Corruption { .. })),
+                "{table:?}: {got:?}"
+            );
         }
     }
 

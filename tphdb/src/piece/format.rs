@@ -11,8 +11,11 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPHPIECE");
 /// value's length from entries (a put's value runs to its slot's end) and
 /// the slot from key-chunk items (the perfect hash gives it). Version 3
 /// stores the second key hash in 32 bits in the key-hash section, and an
-/// entry's kind and key length in one varint.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+/// entry's kind and key length in one varint. Version 4 gives blocks of
+/// up to 64 slots a table of lengths instead of offsets, codes the
+/// key-hash section's first hashes as steps, and leaves out a key-chunk
+/// item's length when its key is as long as the one before.
+pub(crate) const FORMAT_VERSION: u32 = 4;
 /// The oldest piece format this code reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 pub(crate) const FOOTER_BYTES: usize = 32;
@@ -364,7 +367,7 @@ mod tests {
     }
 
     #[test]
-    fn footers_of_versions_1_to_3_are_read_and_others_refused() {
+    fn footers_of_versions_1_to_4_are_read_and_others_refused() {
         for version in 0..6 {
             let footer = Footer {
                 version,
@@ -374,7 +377,7 @@ mod tests {
             };
             let decoded = Footer::decode(&footer.encode());
             match version {
-                1..=3 => assert_eq!(decoded.unwrap(), footer),
+                1..=4 => assert_eq!(decoded.unwrap(), footer),
                 _ => assert!(
                     matches!(decoded, Err(Error::Corruption { .. })),
                     "version {version}: {decoded:?}"

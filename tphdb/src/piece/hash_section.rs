@@ -31,17 +31,18 @@ pub(super) fn write_key_hashes<E: EntryShape>(
     sink: Sink<'_>,
 ) -> Result<()> {
     debug_assert_eq!(hashes.len(), entries.len());
-    let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
+    let (lo, hi) = hashes
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)));
+    let mut writer = PairWriter::new(low_bytes_for(lo, hi, hashes.len()));
     let ranges = (hashes.len() / MIN_RANGE_PAIRS).clamp(1, HASH_SORT_RANGES);
     if ranges == 1 {
         let mut pairs = Vec::new();
         fill_pairs(hashes, entries, hashes.len(), &|k| k, &mut pairs);
         pairs.par_sort_unstable();
-        return write_pairs(pairs.iter().copied(), &mut buf, sink);
+        writer.write(pairs.iter().copied(), sink)?;
+        return writer.finish(sink);
     }
-    let (lo, hi) = hashes
-        .iter()
-        .fold((u64::MAX, 0), |(lo, hi), &h| (lo.min(h), hi.max(h)));
     // Equal intervals of `width` from `lo`; at least two ranges, so the
     // width fits 64 bits even when the hashes span all of them.
     let width = ((u128::from(hi - lo) + 1).div_ceil(ranges as u128)) as u64;
@@ -67,9 +68,9 @@ pub(super) fn write_key_hashes<E: EntryShape>(
         let run = &order[w[0]..w[1]];
         fill_pairs(hashes, entries, run.len(), &|k| run[k] as usize, &mut pairs);
         pairs.par_sort_unstable();
-        write_pairs(pairs.iter().copied(), &mut buf, sink)?;
+        writer.write(pairs.iter().copied(), sink)?;
     }
-    Ok(())
+    writer.finish(sink)
 }
 
 /// Sets `pairs` to the `len` pairs of the entries `at(0..len)`, their
@@ -109,39 +110,96 @@ const PAIRS_PER_TASK: usize = 4096;
 /// share, `tph::share`), handed to `sink` a buffer at a time.
 pub(crate) fn write_sorted_pairs(hashes: &[u64], hashes2: &[u64], sink: Sink<'_>) -> Result<()> {
     debug_assert_eq!(hashes.len(), hashes2.len());
-    let pairs = hashes.iter().copied().zip(hashes2.iter().copied());
-    write_pairs(pairs, &mut Vec::with_capacity(SINK_BUFFER_BYTES), sink)
+    let (lo, hi) = (hashes.first().copied(), hashes.last().copied());
+    let low_bytes = low_bytes_for(lo.unwrap_or(0), hi.unwrap_or(0), hashes.len());
+    let mut writer = PairWriter::new(low_bytes);
+    writer.write(hashes.iter().copied().zip(hashes2.iter().copied()), sink)?;
+    writer.finish(sink)
 }
 
-/// Hands `sink` the sorted `pairs`, encoded in `buf` a buffer at a time.
-fn write_pairs(
-    pairs: impl IntoIterator<Item = (u64, u64)>,
-    buf: &mut Vec<u8>,
-    sink: Sink<'_>,
-) -> Result<()> {
-    let mut last = (0, 0);
-    buf.clear();
-    for (h, h2) in pairs {
-        debug_assert!(last <= (h, h2), "pairs out of order");
-        last = (h, h2);
-        debug_assert!(h2 <= u64::from(u32::MAX), "a second hash of 32 bits");
-        buf.put_u64(h);
-        buf.put_u32(h2 as u32);
-        if buf.len() + 12 > SINK_BUFFER_BYTES {
-            sink(buf)?;
-            buf.clear();
+/// The bytes of each hash written whole in a section of `n` hashes from
+/// `lo` to `hi`, spread evenly: the fewest expected bytes a pair, each
+/// writing the rest of its hash as the step from the one before (about
+/// `g / 256^b` for a gap of `g` between hashes, which is near
+/// exponential). A piece of 56,000 hashes over an eighth of all of them
+/// (gaps of 2^45) takes 5 and steps of one byte: 6.02 bytes a hash, not 8.
+pub(crate) fn low_bytes_for(lo: u64, hi: u64, n: usize) -> u8 {
+    let gap = hi.saturating_sub(lo) as f64 / n.max(1) as f64;
+    let cost = |b: u8| {
+        let mean_step = gap / 256f64.powi(i32::from(b));
+        // A varint of k+1 bytes or more holds steps of 2^(7k) and up.
+        let longer: f64 = (1..10)
+            .map(|k| (-(2f64.powi(7 * k)) / mean_step.max(f64::MIN_POSITIVE)).exp())
+            .sum();
+        f64::from(b) + 1.0 + longer
+    };
+    (0..=8u8)
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .expect("nine candidates")
+}
+
+/// Encodes a key-hash section of steps (format 4, see
+/// `reader::key_hashes::HashPair::Steps`) a buffer at a time.
+pub(crate) struct PairWriter {
+    buf: Vec<u8>,
+    low_bytes: u8,
+    last: (u64, u64),
+}
+
+impl PairWriter {
+    pub(crate) fn new(low_bytes: u8) -> PairWriter {
+        let mut buf = Vec::with_capacity(SINK_BUFFER_BYTES);
+        buf.push(low_bytes);
+        PairWriter {
+            buf,
+            low_bytes,
+            last: (0, 0),
         }
     }
-    if !buf.is_empty() {
-        sink(buf)?;
+
+    /// Encodes the sorted `pairs`, which follow those before, handing
+    /// `sink` each full buffer.
+    pub(crate) fn write(
+        &mut self,
+        pairs: impl IntoIterator<Item = (u64, u64)>,
+        sink: Sink<'_>,
+    ) -> Result<()> {
+        let shift = 8 * u32::from(self.low_bytes);
+        let high = |h: u64| h.checked_shr(shift).unwrap_or(0);
+        for (h, h2) in pairs {
+            debug_assert!(self.last <= (h, h2), "pairs out of order");
+            debug_assert!(h2 <= u64::from(u32::MAX), "a second hash of 32 bits");
+            self.buf.put_varint(high(h) - high(self.last.0));
+            self.buf
+                .extend_from_slice(&h.to_le_bytes()[..usize::from(self.low_bytes)]);
+            self.buf.put_u32(h2 as u32);
+            self.last = (h, h2);
+            if self.buf.len() + MAX_PAIR_BYTES > SINK_BUFFER_BYTES {
+                sink(&self.buf)?;
+                self.buf.clear();
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Hands `sink` what is left.
+    pub(crate) fn finish(mut self, sink: Sink<'_>) -> Result<()> {
+        if !self.buf.is_empty() {
+            sink(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
 }
 
 /// The key-hash section is sorted in at most this many ranges of hashes...
 const HASH_SORT_RANGES: usize = 64;
 /// ...each of at least this many entries on average.
 const MIN_RANGE_PAIRS: usize = 1 << 14;
+
+/// The longest pair of a section of steps: a 10-byte varint, 8 bytes
+/// whole and the second hash.
+const MAX_PAIR_BYTES: usize = 10 + 8 + 4;
 
 #[cfg(test)]
 mod tests {
@@ -157,11 +215,15 @@ mod tests {
             .map(|(k, &h)| (h, key_hash2(k)))
             .collect();
         pairs.sort_unstable();
+        let (lo, hi) = (pairs[0].0, pairs[pairs.len() - 1].0);
+        let mut writer = PairWriter::new(low_bytes_for(lo, hi, pairs.len()));
         let mut out = Vec::new();
-        for (h, h2) in pairs {
-            out.put_u64(h);
-            out.put_u32(u32::try_from(h2).unwrap());
-        }
+        let mut sink = |b: &[u8]| {
+            out.extend_from_slice(b);
+            Ok(())
+        };
+        writer.write(pairs, &mut sink).unwrap();
+        writer.finish(&mut sink).unwrap();
         out
     }
 
@@ -209,6 +271,6 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert!(none.is_empty());
+        assert_eq!(none, [0], "a section of no pairs is its header");
     }
 }

@@ -14,6 +14,12 @@ const FLAG_TOMBSTONE: u8 = 1;
 const FLAG_OVERFLOW: u64 = 2;
 /// Bits of such a tag below the shared prefix's length.
 const TAG_FLAG_BITS: u32 = 2;
+/// In the tag of an item of version 4 or later: the key is as long as the
+/// one before it, and its unshared length is not written (fixed-size keys
+/// save a byte an entry).
+const FLAG_SAME_LENGTH: u64 = 4;
+/// Bits of a version-4 tag below the shared prefix's length.
+const TAG_FLAG_BITS_4: u32 = 3;
 
 /// Encodes the key chunks (handed to `chunks_sink` one at a time) and the
 /// chunk index of the entries `keys` lists in key order, where
@@ -62,9 +68,14 @@ pub(super) fn encode_key_index(
         }
         let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
         let overflow = u64::from(slot) >= table_size;
-        let flags = u64::from(tombstone) | if overflow { FLAG_OVERFLOW } else { 0 };
-        chunks.put_varint(((shared as u64) << TAG_FLAG_BITS) | flags);
-        chunks.put_varint((key.len() - shared) as u64);
+        let same_length = key.len() == prev.len();
+        let flags = u64::from(tombstone)
+            | if overflow { FLAG_OVERFLOW } else { 0 }
+            | if same_length { FLAG_SAME_LENGTH } else { 0 };
+        chunks.put_varint(((shared as u64) << TAG_FLAG_BITS_4) | flags);
+        if !same_length {
+            chunks.put_varint((key.len() - shared) as u64);
+        }
         chunks.extend_from_slice(&key[shared..]);
         if overflow {
             chunks.put_u32(slot);
@@ -156,7 +167,7 @@ impl Chunk {
         };
         let mut prev = 0usize..0usize;
         for i in 0..items.count {
-            let (shared, tombstone, overflow) = match items.version {
+            let (shared, tombstone, overflow, same_length) = match items.version {
                 1 => {
                     let flags = d.u8()?;
                     if flags & !FLAG_TOMBSTONE != 0 {
@@ -166,15 +177,20 @@ impl Chunk {
                             format!("flags {flags}"),
                         ));
                     }
-                    (d.varint()?, flags & FLAG_TOMBSTONE != 0, true)
+                    (d.varint()?, flags & FLAG_TOMBSTONE != 0, true, false)
                 }
-                _ => {
+                version => {
                     let tag = d.varint()?;
                     let tombstone = tag & u64::from(FLAG_TOMBSTONE) != 0;
-                    (tag >> TAG_FLAG_BITS, tombstone, tag & FLAG_OVERFLOW != 0)
+                    let overflow = tag & FLAG_OVERFLOW != 0;
+                    if version < 4 {
+                        (tag >> TAG_FLAG_BITS, tombstone, overflow, false)
+                    } else {
+                        let same_length = tag & FLAG_SAME_LENGTH != 0;
+                        (tag >> TAG_FLAG_BITS_4, tombstone, overflow, same_length)
+                    }
                 }
             };
-            let unshared = d.varint()? as usize;
             if shared > prev.len() as u64 {
                 return Err(Error::corruption(
                     format!("key chunk entry {i}"),
@@ -182,6 +198,11 @@ impl Chunk {
                     format!("shared {shared}"),
                 ));
             }
+            let unshared = if same_length {
+                prev.len() - shared as usize
+            } else {
+                d.varint()? as usize
+            };
             let start = chunk.keys.len();
             chunk
                 .keys
@@ -267,6 +288,49 @@ mod tests {
         long.extend_from_slice(b"a");
         long.put_varint(2 << TAG_FLAG_BITS);
         long.put_varint(0);
+        let bad = Chunk::decode(&chunk_of(&long), two, b"a", slots);
+        assert!(matches!(bad, Err(Error::Corruption { .. })), "{bad:?}");
+    }
+    #[test]
+    fn a_version_4_item_leaves_out_the_length_of_a_key_as_long_as_the_last() {
+        let slots = SlotRange {
+            table_size: 10,
+            total: 10,
+        };
+        let three = ChunkItems {
+            count: 3,
+            version: 4,
+        };
+        // "ab"; "ac" (one byte shared, as long as "ab"); "acd" (two shared,
+        // one more: its length is written).
+        let mut items = Vec::new();
+        items.put_varint(0);
+        items.put_varint(2);
+        items.extend_from_slice(b"ab");
+        items.put_varint((1 << TAG_FLAG_BITS_4) | FLAG_SAME_LENGTH);
+        items.extend_from_slice(b"c");
+        items.put_varint(2 << TAG_FLAG_BITS_4);
+        items.put_varint(1);
+        items.extend_from_slice(b"d");
+        let c = Chunk::decode(&chunk_of(&items), three, b"ab", slots).unwrap();
+        assert_eq!(
+            (c.key(0), c.key(1), c.key(2)),
+            (&b"ab"[..], &b"ac"[..], &b"acd"[..])
+        );
+        // The same bytes read as version 3 are not these keys.
+        let as_three = ChunkItems {
+            version: 3,
+            ..three
+        };
+        let other = Chunk::decode(&chunk_of(&items), as_three, b"ab", slots);
+        assert!(other.is_err(), "{other:?}");
+        // A key as long as the last but sharing more than it has.
+        let mut long = Vec::new();
+        long.put_varint(0);
+        long.put_varint(1);
+        long.extend_from_slice(b"a");
+        long.put_varint((2 << TAG_FLAG_BITS_4) | FLAG_SAME_LENGTH);
+        let two = ChunkItems { count: 2, ..three };
         let bad = Chunk::decode(&chunk_of(&long), two, b"a", slots);
         assert!(matches!(bad, Err(Error::Corruption { .. })), "{bad:?}");
     }

@@ -64,10 +64,11 @@ const FORMAT: u64 = 10;
 /// piece format 2 (`piece::format`), which a reader of version 3 would
 /// take for corrupt. Version 5: pieces of piece format 3 (32-bit second
 /// key hashes, entries' tags holding the key's length) and heads of meta
-/// version 4. Older heads and pieces are still read, and the first open
-/// that writes makes an older database version 5 (every open starts a
-/// MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 5;
+/// version 4. Version 6: pieces of piece format 4 (blocks with length
+/// tables, key-hash sections of steps). Older heads and pieces are still
+/// read, and the first open that writes makes an older database version 6
+/// (every open starts a MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 6;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {
