@@ -213,14 +213,19 @@ impl WriteDelay {
             true => self.rate * memtable_factor(steps),
             false => f64::INFINITY,
         };
-        self.paced_by = match until {
-            Some((r, by)) if r < stepped => by,
-            _ if backlog.is_some() => PacedBy::Backlog,
-            _ => PacedBy::Memtable,
+        // Compared as a plain number: matched as `Some((r, _)) if r <
+        // stepped`, the optimized code compared the rate of a `None` (bytes
+        // never written) before looking at which it was, and valgrind
+        // failed the C API's test on it.
+        let (until_rate, until_by) = until.unwrap_or((f64::INFINITY, PacedBy::Memtable));
+        self.paced_by = if until_rate < stepped {
+            until_by
+        } else if backlog.is_some() {
+            PacedBy::Backlog
+        } else {
+            PacedBy::Memtable
         };
-        let rate = stepped
-            .min(until.map_or(f64::INFINITY, |u| u.0))
-            .max(MIN_RATE_BYTES_PER_SEC);
+        let rate = stepped.min(until_rate).max(MIN_RATE_BYTES_PER_SEC);
 
         let bytes = bytes as f64;
         if self.credit >= bytes {
