@@ -215,15 +215,13 @@ mod tests {
             .map(|(k, &h)| (h, key_hash2(k)))
             .collect();
         pairs.sort_unstable();
-        let (lo, hi) = (pairs[0].0, pairs[pairs.len() - 1].0);
-        let mut writer = PairWriter::new(low_bytes_for(lo, hi, pairs.len()));
+        let (h, h2): (Vec<u64>, Vec<u64>) = pairs.into_iter().unzip();
         let mut out = Vec::new();
-        let mut sink = |b: &[u8]| {
+        write_sorted_pairs(&h, &h2, &mut |b| {
             out.extend_from_slice(b);
             Ok(())
-        };
-        writer.write(pairs, &mut sink).unwrap();
-        writer.finish(&mut sink).unwrap();
+        })
+        .unwrap();
         out
     }
 

@@ -20,6 +20,18 @@ pub(crate) fn field(packed: &[u8], bit: u64, width: u32) -> u64 {
     (word >> (bit % 8)) & ((1u64 << width) - 1)
 }
 
+/// [`field`] in packed bytes without the padding (a block's length
+/// table, on disk as it is): only the bytes from the field's first to the
+/// end of `packed`, at most 8, are read. `width <= 56`.
+#[inline]
+pub(crate) fn field_unpadded(packed: &[u8], bit: u64, width: u32) -> u64 {
+    let at = (bit / 8) as usize;
+    let end = (at + 8).min(packed.len());
+    let mut word = [0u8; 8];
+    word[..end - at].copy_from_slice(&packed[at..end]);
+    (u64::from_le_bytes(word) >> (bit % 8)) & ((1u64 << width) - 1)
+}
+
 /// Fields appended one after another, each of its own width.
 #[derive(Default)]
 pub(crate) struct BitPacker {
@@ -102,8 +114,10 @@ mod tests {
         let packed = p.finish();
         assert_eq!(packed.len() as u64, total.div_ceil(8) + 8);
         let mut bit = 0;
+        let unpadded = &packed[..total.div_ceil(8) as usize];
         for &(v, w) in &fields {
             assert_eq!(field(&packed, bit, w), v);
+            assert_eq!(field_unpadded(unpadded, bit, w), v);
             bit += u64::from(w);
         }
     }

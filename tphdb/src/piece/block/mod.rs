@@ -17,6 +17,7 @@ use bytes::Bytes;
 use super::entry::{decode_entry, decode_entry_ref, Entry, EntryRef};
 use super::format::Compression;
 use crate::error::{Error, Result};
+use crate::util::bits::{bits_for, field_unpadded, BitPacker};
 use crate::util::checksum_matches;
 use crate::util::codec::{Decoder, PutExt};
 
@@ -56,29 +57,21 @@ fn encode_lengths(lengths: &[usize], out: &mut Vec<u8>) {
         (true, l) => (l - base + 1) as u64,
         (false, l) => (l - base) as u64,
     };
-    let largest = lengths.iter().map(|&l| residual(l)).max().unwrap_or(0);
-    let width = 64 - largest.leading_zeros();
+    let width = bits_for(lengths.iter().map(|&l| residual(l)).max().unwrap_or(0));
     out.put_varint(base as u64);
     out.push(width as u8 | if empty { LENGTHS_EMPTY } else { 0 });
-    let (mut acc, mut bits) = (0u64, 0u32);
+    let mut packer = BitPacker::after(0, lengths.len() as u64 * u64::from(width));
     for &l in lengths {
-        acc |= residual(l) << bits;
-        bits += width;
-        while bits >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            bits -= 8;
-        }
+        packer.push(residual(l), width);
     }
-    if bits > 0 {
-        out.push(acc as u8);
-    }
+    let bytes = packer.bits().div_ceil(8) as usize;
+    out.extend_from_slice(&packer.finish()[..bytes]);
 }
 
 /// Bytes of the length table of `count` slots whose entries take at most
 /// `largest` bytes: what [`encode_lengths`] writes, or more.
 fn lengths_bound(count: usize, largest: usize) -> usize {
-    let width = (usize::BITS - (largest + 1).leading_zeros()) as usize;
+    let width = bits_for(largest as u64 + 1) as usize;
     10 + 1 + (count * width).div_ceil(8)
 }
 
@@ -360,16 +353,9 @@ impl Block {
         else {
             return 0;
         };
-        let bit = i * width as usize;
-        let first = at + bit / 8;
-        let mut v = 0u64;
-        for (k, &b) in self.raw[first..first + (bit % 8 + width as usize).div_ceil(8)]
-            .iter()
-            .enumerate()
-        {
-            v |= u64::from(b) << (8 * k);
-        }
-        let residual = (v >> (bit % 8)) & ((1u64 << width) - 1);
+        // The entries follow the table: what the read takes past it is
+        // masked off.
+        let residual = field_unpadded(&self.raw[at..], (i * width as usize) as u64, width);
         match (empty, residual) {
             (true, 0) => 0,
             (true, r) => base + r - 1,
