@@ -1,5 +1,6 @@
 //! Piece reader: any file opens or fails cleanly; lookups, slot-order and
-//! key-order scans of an opened file return entries or errors, never panic.
+//! key-order scans and the whole-piece check of an opened file return
+//! entries or errors, never panic.
 #![no_main]
 
 use std::path::Path;
@@ -27,6 +28,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = r.get(b"absent");
     let _ = r.key_hashes();
+    // The whole-piece check `tphdb verify` runs: every entry against its
+    // lookup, the key hashes and the key order.
+    let _ = r.verify();
     if let Ok(mut c) = r.sorted_cursor() {
         if c.seek_to_first().is_ok() {
             for _ in 0..256 {

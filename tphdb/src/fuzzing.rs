@@ -123,7 +123,9 @@ pub fn replay_manifest(bytes: &[u8]) -> Result<String> {
 /// Decodes a block of `count` slots and reads every slot.
 pub fn decode_block(bytes: &[u8], count: usize, max_raw: usize) -> Result<Vec<Option<Entry>>> {
     let block = crate::piece::block::Block::decode(Bytes::copy_from_slice(bytes), count, max_raw)?;
-    (0..block.slot_count()).map(|i| block.entry(i)).collect()
+    (0..block.slot_count())
+        .map(|i| block.entry(i, &[]))
+        .collect()
 }
 
 /// Encodes `slots` as one block; returns the bytes and the raw size.

@@ -190,6 +190,85 @@ fn a_present_key_get_is_exactly_one_read() {
     }
 }
 
+/// Keys that all start alike (db_bench's 16 decimal digits start with
+/// eight zeros below 10^8 keys) are stored without what they share, once
+/// in the piece: every read path gives the whole keys back, a get of a key
+/// without the prefix reads nothing, and the data region is about the
+/// prefix's bytes an entry smaller than when one key breaks the prefix.
+#[test]
+fn a_prefix_every_key_shares_is_stored_once() {
+    let fs = CountingFs::new(MemFs::new());
+    let mut rng = fastrand::Rng::with_seed(12);
+    let prefix = b"user:0000";
+    let model: Model = random_model(&mut rng, 2000, 12, 40)
+        .into_iter()
+        .map(|(k, v)| ([&prefix[..], &k].concat(), v))
+        .collect();
+    let path = PathBuf::from("/prefixed.ph");
+    let prefixed = write_piece(&fs, &path, &refs(&model), &PieceOptions::default()).unwrap();
+    for mode in [ReadMode::Mmap, ReadMode::Pread] {
+        check_piece(&fs, &path, &model, mode);
+    }
+    let r = PieceReader::open(&fs, &path, ReadMode::Pread).unwrap();
+    assert_eq!(r.key_prefix(), prefix);
+    let before = fs.counts().reads.load(Relaxed);
+    for other in [&b"user:"[..], b"", b"user:0001abc", b"zzz"] {
+        assert!(r.get(other).unwrap().is_none());
+    }
+    assert_eq!(fs.counts().reads.load(Relaxed), before);
+
+    let mut broken = model.clone();
+    broken.insert(b"user:1".to_vec(), (Some(b"v".to_vec()), 1));
+    let path = PathBuf::from("/broken.ph");
+    let unprefixed = write_piece(&fs, &path, &refs(&broken), &PieceOptions::default()).unwrap();
+    check_piece(&fs, &path, &broken, ReadMode::Pread);
+    let r = PieceReader::open(&fs, &path, ReadMode::Pread).unwrap();
+    assert_eq!(r.key_prefix(), b"user:");
+    // 4 bytes an entry more: "0000".
+    let grown = unprefixed.data_bytes - prefixed.data_bytes;
+    assert!(
+        (2000 * 4..2000 * 4 + 400).contains(&grown),
+        "{grown} bytes more"
+    );
+}
+
+/// A key-prefix section is refused in a piece of a format before 5 (whose
+/// readers would cut its keys short), and a prefix the keys do not have
+/// is corruption that a whole-piece check finds.
+#[test]
+fn a_key_prefix_section_is_checked() {
+    let fs = MemFs::new();
+    let mut rng = fastrand::Rng::with_seed(13);
+    let model: Model = random_model(&mut rng, 300, 12, 40)
+        .into_iter()
+        .map(|(k, v)| ([&b"prefix/"[..], &k].concat(), v))
+        .collect();
+    let path = PathBuf::from("/p.ph");
+    write_piece(&fs, &path, &refs(&model), &PieceOptions::default()).unwrap();
+    let good = fs.read_file(&path).unwrap();
+    let n = good.len();
+    let mut old = good.clone();
+    // The footer's version, at 16 bytes into it; no section 99 to edit,
+    // only checksums to recompute.
+    old[n - 16..n - 12].copy_from_slice(&4u32.to_le_bytes());
+    reseal_section(&mut old, 99, |_| {});
+    fs.write_file(&path, old);
+    let err = PieceReader::open(&fs, &path, ReadMode::Pread).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains("key prefix"), "{err}");
+
+    let mut other = good.clone();
+    reseal_section(&mut other, 8, |s| s[0] = b'q');
+    fs.write_file(&path, other);
+    let r = PieceReader::open(&fs, &path, ReadMode::Pread).unwrap();
+    assert_eq!(r.key_prefix(), b"qrefix/");
+    for k in model.keys() {
+        assert!(r.get(k).unwrap().is_none());
+    }
+    let err = r.verify().unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+}
+
 #[test]
 fn keys_sharing_a_64_bit_hash_all_stay_reachable() {
     let fs = MemFs::new();

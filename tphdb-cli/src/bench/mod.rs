@@ -103,7 +103,6 @@ pub fn run(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// Number of hardware threads.
 /// A temporary directory for a run's files inside `--dir` (created if
 /// missing) or the working directory; removed when dropped.
 fn scratch_dir(dir: Option<&std::path::Path>) -> std::io::Result<tempfile::TempDir> {
@@ -112,6 +111,7 @@ fn scratch_dir(dir: Option<&std::path::Path>) -> std::io::Result<tempfile::TempD
     tempfile::tempdir_in(parent)
 }
 
+/// Number of hardware threads.
 pub fn all_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

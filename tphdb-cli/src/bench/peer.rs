@@ -57,6 +57,11 @@ pub struct PeerArgs {
     /// O_DIRECT needs a real disk, not tmpfs).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Leave each engine's database in a directory under `--dir` (named in
+    /// the output) for `tphdb stats` or `tphdb inspect`, instead of
+    /// removing it once measured.
+    #[arg(long)]
+    pub keep: bool,
     /// Write results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -156,6 +161,17 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
     let mut order = a.engines.clone();
     order.sort_by_key(|e| e != "tphdb");
     let tmp = super::scratch_dir(a.dir.as_deref())?;
+    let (root, _removed_when_done) = match a.keep {
+        true => (tmp.keep(), None),
+        false => (tmp.path().to_path_buf(), Some(tmp)),
+    };
+    let done_with_engine_dir = |dir: &Path| {
+        if a.keep {
+            eprintln!("  kept {}", dir.display());
+        } else {
+            remove_engine_dir(dir)
+        }
+    };
     let mut report = Report::new(workload.name());
     for (k, v) in [
         ("keys", json!(a.keys)),
@@ -184,7 +200,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
         let spec = ChildSpec {
             workload,
             engine: engine.clone(),
-            dir: tmp.path().join(engine),
+            dir: root.join(engine),
             keys: a.keys,
             ops,
             key_size: a.key_size,
@@ -244,7 +260,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             .arg(serde_json::to_string(&spec)?))?;
         if out.status.success() && engine == "pogreb" {
             // The child recorded the operations; the Go driver replays them.
-            let data = tmp.path().join("pogreb-data");
+            let data = root.join("pogreb-data");
             out = run(Command::new(pogreb_driver()?)
                 .arg(spec.dir.join("ops.bin"))
                 .arg(&data))?;
@@ -256,7 +272,7 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             // the others' results standing; the row says what happened.
             let why = format!("failed ({})", out.status);
             eprintln!("  {engine}: {why}");
-            remove_engine_dir(&tmp.path().join(engine));
+            done_with_engine_dir(&root.join(engine));
             rows.push(EngineResult::failed(engine, why));
             continue;
         }
@@ -273,10 +289,10 @@ pub fn run(workload: Workload, a: PeerArgs) -> Result<(), BoxError> {
             // file right after its run.
             if workload == Workload::Readrandom && a.direct_io {
                 let ops = row.ops_per_sec.unwrap_or(0.0);
-                disk_rows(&mut disk, &tmp.path().join(engine), a.fio_seconds, ops);
+                disk_rows(&mut disk, &root.join(engine), a.fio_seconds, ops);
             }
         }
-        remove_engine_dir(&tmp.path().join(engine));
+        done_with_engine_dir(&root.join(engine));
         rows.push(row);
     }
     rows.extend(disk);

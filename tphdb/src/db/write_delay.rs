@@ -178,7 +178,12 @@ impl WriteDelay {
             (level0, PacedBy::Level0Compaction),
         ]
         .into_iter()
-        .filter_map(|(r, by)| r.filter(|&r| r < running_at).map(|r| (r, by)))
+        // No rate as infinity, compared as a number: a guard on an
+        // `Option<f64>` compiles to a compare of a `None`'s unwritten
+        // payload, which valgrind takes for a use of uninitialised memory
+        // (see `delay`'s pacing bound below).
+        .map(|(r, by)| (r.unwrap_or(f64::INFINITY), by))
+        .filter(|&(r, _)| r < running_at)
         .min_by(|a, b| a.0.total_cmp(&b.0));
         if backlog.is_none() && steps == 0 && until.is_none() {
             self.slowed = false;

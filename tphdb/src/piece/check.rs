@@ -10,7 +10,7 @@ impl PieceReader {
     /// and entries, that the perfect hash finds every entry in its slot,
     /// the key-hash section and the key-order index. Returns the number of
     /// entries.
-    pub(crate) fn verify(&self) -> Result<u64> {
+    pub fn verify(&self) -> Result<u64> {
         let props = self.properties();
         let bad = |what: String, expected: String, found: String| {
             Error::corruption(what, expected, found).at(self.name())
@@ -84,7 +84,7 @@ impl PieceReader {
                 }
             };
             for i in 0..block.slot_count() {
-                match block.entry(i) {
+                match block.entry(i, self.key_prefix()) {
                     Ok(Some(e)) => entries.push(e),
                     Ok(None) => {}
                     Err(e) => {

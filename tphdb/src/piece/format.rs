@@ -14,8 +14,15 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPHPIECE");
 /// entry's kind and key length in one varint. Version 4 gives blocks of
 /// up to 64 slots a table of lengths instead of offsets, codes the
 /// key-hash section's first hashes as steps, and leaves out a key-chunk
-/// item's length when its key is as long as the one before.
-pub(crate) const FORMAT_VERSION: u32 = 4;
+/// item's length when its key is as long as the one before. Version 5
+/// leaves the prefix every key of the piece shares out of its entries,
+/// stored once in a key-prefix section.
+pub(crate) const FORMAT_VERSION: u32 = 5;
+/// The first piece format that may have a key-prefix section.
+pub(crate) const KEY_PREFIX_VERSION: u32 = 5;
+/// The longest key prefix a piece leaves out of its entries: past it, a
+/// byte an entry is a small share of the key.
+pub(crate) const MAX_KEY_PREFIX: usize = 64;
 /// The oldest piece format this code reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 pub(crate) const FOOTER_BYTES: usize = 32;
@@ -31,6 +38,9 @@ pub(crate) enum SectionId {
     Hashes = 5,
     KeyChunks = 6,
     ChunkIndex = 7,
+    /// Optional (format 5): the prefix every key shares, left out of the
+    /// entries.
+    KeyPrefix = 8,
 }
 
 impl SectionId {
@@ -53,6 +63,7 @@ impl SectionId {
             SectionId::Hashes => "key hashes",
             SectionId::KeyChunks => "key chunks",
             SectionId::ChunkIndex => "key chunk index",
+            SectionId::KeyPrefix => "key prefix",
         }
     }
 }
@@ -367,8 +378,8 @@ mod tests {
     }
 
     #[test]
-    fn footers_of_versions_1_to_4_are_read_and_others_refused() {
-        for version in 0..6 {
+    fn footers_of_versions_1_to_5_are_read_and_others_refused() {
+        for version in 0..7 {
             let footer = Footer {
                 version,
                 dir_offset: 1234,
@@ -377,7 +388,7 @@ mod tests {
             };
             let decoded = Footer::decode(&footer.encode());
             match version {
-                1..=4 => assert_eq!(decoded.unwrap(), footer),
+                1..=5 => assert_eq!(decoded.unwrap(), footer),
                 _ => assert!(
                     matches!(decoded, Err(Error::Corruption { .. })),
                     "version {version}: {decoded:?}"

@@ -12,6 +12,7 @@ fn section_name(id: u32) -> String {
     let own = SectionId::REQUIRED.iter().find(|s| **s as u32 == id);
     match (own, id) {
         (Some(s), _) => s.name().to_string(),
+        (None, 8) => SectionId::KeyPrefix.name().into(),
         (None, 16) => "TPH meta".into(),
         (None, 17) => "TPH perfect hash".into(),
         (None, 18) => "TPH slots".into(),
@@ -95,6 +96,12 @@ impl PieceReader {
             p.table_size, p.overflow_count, p.slots_per_block, p.page_size, p.compression
         );
         let _ = writeln!(w, "  key hash seed {:#018x}", p.key_hash_seed);
+        let _ = writeln!(
+            w,
+            "  key prefix {} bytes, left out of every entry: {:?}",
+            self.key_prefix().len(),
+            String::from_utf8_lossy(self.key_prefix())
+        );
         let phf = &self.phf;
         let keys = phf.len().max(1) as f64;
         let _ = writeln!(
@@ -131,7 +138,7 @@ impl PieceReader {
                     "  block {b:>8}: offset {offset:>12} length {bytes:>8} ({} bytes decoded, {} entries)",
                     block.raw_len(),
                     (0..block.slot_count())
-                        .filter(|&i| matches!(block.entry(i), Ok(Some(_))))
+                        .filter(|&i| matches!(block.entry(i, self.key_prefix()), Ok(Some(_))))
                         .count()
                 );
             }

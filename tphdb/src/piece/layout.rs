@@ -81,6 +81,8 @@ pub(super) struct BlockWriter<'a> {
     at: u64,
     pending: Option<Vec<u8>>,
     quantum: usize,
+    /// What every key starts with, left out of the entries.
+    key_prefix: &'a [u8],
     options: &'a PieceOptions,
 }
 
@@ -90,6 +92,7 @@ impl<'a> BlockWriter<'a> {
         at: u64,
         block_count: usize,
         quantum: usize,
+        key_prefix: &'a [u8],
         options: &'a PieceOptions,
     ) -> BlockWriter<'a> {
         BlockWriter {
@@ -98,6 +101,7 @@ impl<'a> BlockWriter<'a> {
             at,
             pending: None,
             quantum,
+            key_prefix,
             options,
         }
     }
@@ -122,7 +126,8 @@ impl<'a> BlockWriter<'a> {
                 .into_par_iter()
                 .map(|batch_first| {
                     let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
-                    encode_batch(entries, by_slot, k, blocks, self.options.compression)
+                    let compression = self.options.compression;
+                    encode_batch(entries, by_slot, k, blocks, self.key_prefix, compression)
                 })
                 .collect();
             for batch in batches {
@@ -171,24 +176,34 @@ impl<'a> BlockWriter<'a> {
 /// Encodes `blocks`, each into its own buffer. Entries are visited in slot
 /// order, which is random in memory: each entry's own memory (a memtable
 /// node, a merge's entry) is prefetched two blocks ahead, and the key and
-/// value it points to one block ahead.
+/// value it points to one block ahead. Each key is written without
+/// `key_prefix`, which every key starts with.
 fn encode_batch<S: EntrySource + ?Sized>(
     entries: &S,
     by_slot: &[u32],
     k: usize,
     blocks: std::ops::Range<usize>,
+    key_prefix: &[u8],
     compression: Compression,
 ) -> Result<(Vec<Vec<u8>>, usize)> {
     let block_slots = |b: usize| &by_slot[b * k..((b + 1) * k).min(by_slot.len())];
+    let stored = |i: u32| -> Result<EntryRef<'_>> {
+        let e = entries
+            .entry(i)
+            .ok_or_else(|| Error::Internal(format!("entry {i} of a piece is not at hand")))?;
+        match e.key.strip_prefix(key_prefix) {
+            Some(key) => Ok(EntryRef { key, ..e }),
+            None => Err(Error::Internal(format!(
+                "entry {i} of a piece does not start with the piece's key prefix"
+            ))),
+        }
+    };
     let slots_of = |b: usize| -> Result<Vec<Option<EntryRef<'_>>>> {
         block_slots(b)
             .iter()
             .map(|&i| match i {
                 NONE => Ok(None),
-                i => entries
-                    .entry(i)
-                    .map(Some)
-                    .ok_or_else(|| Error::Internal(format!("entry {i} of a piece is not at hand"))),
+                i => stored(i).map(Some),
             })
             .collect()
     };

@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::entry::{check_lengths, prefetch_ahead, EntryShape};
+use super::format::MAX_KEY_PREFIX;
 use crate::error::Result;
 
 /// Entries one parallel task surveys.
@@ -30,6 +31,11 @@ pub(crate) struct Survey {
     pub(super) max_seq: u64,
     /// Whether the keys strictly ascend (distinct and sorted).
     pub(super) in_key_order: bool,
+    /// Whether a key was counted, and the longest prefix (of at most
+    /// [`MAX_KEY_PREFIX`] bytes) that every key counted starts with.
+    keyed: bool,
+    prefix_len: u8,
+    prefix: [u8; MAX_KEY_PREFIX],
 }
 
 impl Survey {
@@ -42,6 +48,9 @@ impl Survey {
         min_seq: u64::MAX,
         max_seq: 0,
         in_key_order: true,
+        keyed: false,
+        prefix_len: 0,
+        prefix: [0; MAX_KEY_PREFIX],
     };
 
     /// Counts `e`, refusing a key or value past the format's limits. The
@@ -58,7 +67,34 @@ impl Survey {
         self.tombstones += u64::from(value.is_none());
         self.min_seq = self.min_seq.min(e.seq());
         self.max_seq = self.max_seq.max(e.seq());
+        self.share_prefix(key);
         Ok(())
+    }
+
+    /// The prefix every key counted starts with (at most
+    /// [`MAX_KEY_PREFIX`] bytes), which the piece leaves out of its
+    /// entries.
+    pub(crate) fn key_prefix(&self) -> &[u8] {
+        &self.prefix[..self.prefix_len as usize]
+    }
+
+    /// Cuts the shared prefix to `len` bytes; the bytes past it are
+    /// zeros, so that surveys of the same keys are equal.
+    fn shorten_prefix(&mut self, len: usize) {
+        self.prefix[len..self.prefix_len as usize].fill(0);
+        self.prefix_len = len as u8;
+    }
+
+    /// Shortens the shared prefix to what `key` starts with too.
+    fn share_prefix(&mut self, key: &[u8]) {
+        if self.keyed {
+            self.shorten_prefix(common_prefix_len(self.key_prefix(), key));
+        } else {
+            let n = key.len().min(MAX_KEY_PREFIX);
+            self.prefix[..n].copy_from_slice(&key[..n]);
+            self.prefix_len = n as u8;
+            self.keyed = true;
+        }
     }
 
     /// The survey of the entries counted, `n` of them: an empty one's
@@ -71,7 +107,14 @@ impl Survey {
     }
 
     fn merge(self, o: Survey) -> Survey {
+        let mut prefixed = if self.keyed { self } else { o };
+        if self.keyed && o.keyed {
+            prefixed.shorten_prefix(common_prefix_len(self.key_prefix(), o.key_prefix()));
+        }
         Survey {
+            keyed: prefixed.keyed,
+            prefix_len: prefixed.prefix_len,
+            prefix: prefixed.prefix,
             encoded_bytes: self.encoded_bytes + o.encoded_bytes,
             encoded_squares: self.encoded_squares + o.encoded_squares,
             key_bytes: self.key_bytes + o.key_bytes,
@@ -83,16 +126,41 @@ impl Survey {
         }
     }
 
-    /// Whether the `n` entries' encoded lengths are even: their standard
+    /// Bytes the `n` entries take in the piece, without the key prefix,
+    /// and the sum of their squares (exact but where leaving the prefix
+    /// out makes a key's length one varint byte shorter).
+    fn stored_lengths(&self, n: usize) -> (u128, u128) {
+        let (n, p) = (n as u128, self.prefix_len as u128);
+        let sum = self.encoded_bytes as u128;
+        let stored = sum.saturating_sub(n * p);
+        // sum((l - p)^2) = squares - 2 p sum + n p^2.
+        let squares = (self.encoded_squares + n * p * p).saturating_sub(2 * p * sum);
+        (stored, squares)
+    }
+
+    /// Average bytes of the `n` entries as the piece stores them (at
+    /// least 1).
+    pub(super) fn average_stored_bytes(&self, n: usize) -> usize {
+        (self.stored_lengths(n).0 as usize)
+            .div_ceil(n.max(1))
+            .max(1)
+    }
+
+    /// Whether the `n` entries' stored lengths are even: their standard
     /// deviation at most a sixteenth of their mean.
     pub(super) fn lengths_are_even(&self, n: usize) -> bool {
-        let sum = self.encoded_bytes as u128;
+        let (sum, squares) = self.stored_lengths(n);
         // n^2 variance = n * squares - sum^2, against (sum / 16)^2.
-        match (n as u128).checked_mul(self.encoded_squares) {
+        match (n as u128).checked_mul(squares) {
             Some(scaled) => scaled.saturating_sub(sum * sum).saturating_mul(256) <= sum * sum,
             None => false,
         }
     }
+}
+
+/// Bytes `a` and `b` start with alike.
+fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Surveys `entries`, refusing keys and values past the format's limits.
@@ -130,7 +198,18 @@ mod tests {
 
     /// The survey, each figure counted on its own.
     fn counted(entries: &[EntryRef<'_>]) -> Survey {
+        // The longest start of the first key that every key has.
+        let first = entries.first().map_or(&[][..], |e| e.key);
+        let shared = (0..=first.len().min(MAX_KEY_PREFIX))
+            .rev()
+            .find(|&p| entries.iter().all(|e| e.key.get(..p) == Some(&first[..p])))
+            .unwrap_or(0);
+        let mut prefix = [0; MAX_KEY_PREFIX];
+        prefix[..shared].copy_from_slice(&first[..shared]);
         Survey {
+            keyed: !entries.is_empty(),
+            prefix_len: shared as u8,
+            prefix,
             encoded_bytes: entries.iter().map(|e| e.encoded_len()).sum(),
             encoded_squares: entries
                 .iter()
@@ -151,17 +230,22 @@ mod tests {
     proptest! {
         /// Whatever the chunks, the survey counts what one pass of each
         /// figure does; keys out of order or repeated across a chunk's
-        /// edge are seen too.
+        /// edge are seen too; so is the prefix the keys share, short of
+        /// the keys or past the longest one a piece leaves out.
         #[test]
         fn a_survey_counts_what_separate_passes_do(
             rows in prop::collection::vec(
                 (prop::collection::vec(0u8..4, 0..4), prop::option::of(0usize..300), 0u64..1 << 40),
                 0..200,
             ),
+            lead in prop::collection::vec(0u8..2, 0..80),
             sort in any::<bool>(),
             chunk in 1usize..40,
         ) {
             let mut rows = rows;
+            for r in &mut rows {
+                r.0.splice(0..0, lead.iter().copied());
+            }
             if sort {
                 rows.sort();
                 rows.dedup_by(|a, b| a.0 == b.0);

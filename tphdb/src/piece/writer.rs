@@ -212,12 +212,13 @@ pub(crate) fn write_planned_piece<S: EntrySource>(
     let phf = Phf::build(options.phf_kind, hashes, &phf_config)?.phf;
     let slots = SlotLayout::new(&phf, hashes)?;
 
-    let avg = survey.encoded_bytes.div_ceil(n.max(1)).max(1);
+    let avg = survey.average_stored_bytes(n);
     let k = (options.page_size / avg).clamp(1, options.max_block_slots.clamp(1, u32::MAX as usize));
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
     let block_count = slots.by_slot.len().div_ceil(k);
-    let mut blocks = BlockWriter::new(file.len(), block_count, quantum, options);
+    let key_prefix = survey.key_prefix();
+    let mut blocks = BlockWriter::new(file.len(), block_count, quantum, key_prefix, options);
     let slots_per_pass = block_count.div_ceil(passes.max(1)).max(1) * k;
     for run in slots.by_slot.chunks(slots_per_pass) {
         let source = load(run)?;
@@ -259,6 +260,9 @@ pub(crate) fn write_planned_piece<S: EntrySource>(
         encode_key_index(&mut *keys, &slot_of, table_size, sink, &mut chunk_index)
     })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
+    if !key_prefix.is_empty() {
+        sections.add(file, SectionId::KeyPrefix as u32, key_prefix)?;
+    }
     for &(id, bytes) in extra_sections {
         sections.add(file, id, bytes)?;
     }

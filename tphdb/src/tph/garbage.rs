@@ -67,9 +67,17 @@ impl Garbage {
 /// Taking the tombstones to be the live ones first errs towards
 /// collecting: deletes replace values, and a piece a fold wrote holds
 /// carried values beside tombstones. Counted pro rata, such a piece hid
-/// most of its dead bytes once its values were deleted too.
-pub(super) fn piece_garbage(props: &crate::piece::PieceProperties, live: u64) -> Garbage {
+/// most of its dead bytes once its values were deleted too. The piece's
+/// entries leave out a key prefix of `key_prefix_len` bytes.
+pub(super) fn piece_garbage(
+    props: &crate::piece::PieceProperties,
+    key_prefix_len: usize,
+    live: u64,
+) -> Garbage {
     let entries = props.entry_count.max(1);
+    let key_bytes = props
+        .key_bytes
+        .saturating_sub(props.entry_count * key_prefix_len as u64);
     let tombstones = props.tombstone_count.min(entries);
     let live = live.min(entries);
     let live_tombstones = tombstones.min(live);
@@ -78,9 +86,9 @@ pub(super) fn piece_garbage(props: &crate::piece::PieceProperties, live: u64) ->
     // the rest of the data region (headers, slots, padding).
     let overhead = props
         .data_bytes
-        .saturating_sub(props.key_bytes + props.value_bytes) as f64
+        .saturating_sub(key_bytes + props.value_bytes) as f64
         / entries as f64;
-    let key = props.key_bytes as f64 / entries as f64;
+    let key = key_bytes as f64 / entries as f64;
     let value = props.value_bytes as f64 / (entries - tombstones).max(1) as f64;
     let tombstone_bytes = live_tombstones as f64 * (key + overhead);
     let live_bytes = tombstone_bytes + live_values as f64 * (key + value + overhead);

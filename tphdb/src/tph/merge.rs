@@ -202,7 +202,7 @@ pub(crate) fn merge(
                 live,
                 entries: p.properties().entry_count,
                 live_bytes: p.properties().data_bytes_of(live),
-                garbage: piece_garbage(p.properties(), live),
+                garbage: piece_garbage(p.properties(), p.key_prefix().len(), live),
                 pinned: ctx.pinned.contains(&p.number()),
             }
         })

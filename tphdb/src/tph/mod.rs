@@ -276,7 +276,7 @@ impl Tph {
         let mut g = Garbage::default();
         for (i, p) in self.pieces.iter().enumerate() {
             let (props, live) = (p.properties(), self.live_counts[i]);
-            let mut piece = piece_garbage(props, live);
+            let mut piece = piece_garbage(props, p.key_prefix().len(), live);
             let shadowed = live_shadowed(props, live, self.shadowed_counts[i]);
             piece.shadowed_bytes = props.data_bytes_of(shadowed);
             g.add(&piece);

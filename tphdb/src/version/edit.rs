@@ -65,10 +65,12 @@ const FORMAT: u64 = 10;
 /// take for corrupt. Version 5: pieces of piece format 3 (32-bit second
 /// key hashes, entries' tags holding the key's length) and heads of meta
 /// version 4. Version 6: pieces of piece format 4 (blocks with length
-/// tables, key-hash sections of steps). Older heads and pieces are still
-/// read, and the first open that writes makes an older database version 6
-/// (every open starts a MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 6;
+/// tables, key-hash sections of steps). Version 7: pieces of piece format
+/// 5 (entries without the key prefix a piece's keys share), which a reader
+/// of version 6 would read with their keys cut short. Older heads and
+/// pieces are still read, and the first open that writes makes an older
+/// database version 7 (every open starts a MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 7;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {

@@ -437,20 +437,69 @@ impl Block {
         (s != e).then_some((self.entries_start + s, self.entries_start + e))
     }
 
-    /// The entry in slot `i` (`i < slot_count()`), or `None` if empty.
-    pub(crate) fn entry(&self, i: usize) -> Result<Option<Entry>> {
+    /// The entry in slot `i` (`i < slot_count()`), or `None` if empty,
+    /// of a piece whose keys start with `key_prefix`, left out of its
+    /// entries. The key shares the block's memory unless there is a
+    /// prefix.
+    pub(crate) fn entry(&self, i: usize, key_prefix: &[u8]) -> Result<Option<Entry>> {
         debug_assert!(i < self.count);
-        self.range(i)
-            .map(|(s, e)| decode_entry(&self.raw, s, e))
-            .transpose()
+        let Some((s, e)) = self.range(i) else {
+            return Ok(None);
+        };
+        let mut entry = decode_entry(&self.raw, s, e)?;
+        if !key_prefix.is_empty() {
+            entry.key = Bytes::from([key_prefix, &entry.key[..]].concat());
+        }
+        Ok(Some(entry))
     }
 
-    /// [`Block::entry`], borrowed from the block.
-    pub(crate) fn entry_ref(&self, i: usize) -> Result<Option<EntryRef<'_>>> {
+    /// [`Block::entry`] if its key is `key`: a get's, which compares the
+    /// key without putting it together first.
+    pub(crate) fn entry_of(
+        &self,
+        i: usize,
+        key_prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<Entry>> {
         debug_assert!(i < self.count);
-        self.range(i)
-            .map(|(s, e)| decode_entry_ref(&self.raw, s, e))
-            .transpose()
+        let Some((s, e)) = self.range(i) else {
+            return Ok(None);
+        };
+        let entry = decode_entry_ref(&self.raw, s, e)?;
+        if key.strip_prefix(key_prefix) != Some(entry.key) {
+            return Ok(None);
+        }
+        Ok(Some(Entry {
+            key: match key_prefix.is_empty() {
+                true => self.raw.slice_ref(entry.key),
+                false => Bytes::copy_from_slice(key),
+            },
+            value: entry.value.map(|v| self.raw.slice_ref(v)),
+            seq: entry.seq,
+        }))
+    }
+
+    /// [`Block::entry`], borrowed from the block, or from `key` for the
+    /// key of a piece with a key prefix.
+    pub(crate) fn entry_ref<'a>(
+        &'a self,
+        i: usize,
+        key_prefix: &[u8],
+        key: &'a mut Vec<u8>,
+    ) -> Result<Option<EntryRef<'a>>> {
+        debug_assert!(i < self.count);
+        let Some((s, e)) = self.range(i) else {
+            return Ok(None);
+        };
+        let mut entry = decode_entry_ref(&self.raw, s, e)?;
+        if !key_prefix.is_empty() {
+            key.clear();
+            key.extend_from_slice(key_prefix);
+            key.extend_from_slice(entry.key);
+            let key: &'a Vec<u8> = key;
+            entry.key = key;
+        }
+        Ok(Some(entry))
     }
 }
 

@@ -23,6 +23,33 @@ fn slots() -> Vec<Option<EntryRef<'static>>> {
     ]
 }
 
+/// A block of a piece with a key prefix stores its keys without it: each
+/// way of reading an entry puts it back, and a get's compares the whole
+/// key without putting it together.
+#[test]
+fn entries_of_a_prefixed_piece_read_back_with_their_prefix() {
+    let (out, raw) = encoded(&slots());
+    let b = Block::decode(Bytes::from(out), 4, raw).unwrap();
+    let prefix = b"user:";
+    let mut key = Vec::new();
+    for (i, s) in slots().iter().enumerate() {
+        let whole = s.map(|e| [&prefix[..], e.key].concat());
+        let got = b.entry(i, prefix).unwrap();
+        assert_eq!(got.as_ref().map(|e| e.key.to_vec()), whole);
+        let got = b.entry_ref(i, prefix, &mut key).unwrap();
+        assert_eq!(got.map(|e| e.key.to_vec()), whole);
+        if let Some(whole) = &whole {
+            let got = b.entry_of(i, prefix, whole).unwrap().unwrap();
+            assert_eq!((&got.key[..], got.seq), (&whole[..], s.unwrap().seq));
+            assert_eq!(got.value.as_deref(), s.unwrap().value);
+            // The suffix alone, the prefix alone, another prefix.
+            for other in [&whole[prefix.len()..], prefix, b"usex:a"] {
+                assert!(b.entry_of(i, prefix, other).unwrap().is_none());
+            }
+        }
+    }
+}
+
 #[test]
 fn round_trip_with_and_without_compression() {
     for c in [Compression::None, Compression::Lz4] {
@@ -36,7 +63,7 @@ fn round_trip_with_and_without_compression() {
             }
             let b = Block::decode(Bytes::from(block), 4, raw).unwrap();
             for (i, s) in slots().iter().enumerate() {
-                let got = b.entry(i).unwrap();
+                let got = b.entry(i, &[]).unwrap();
                 assert_eq!(got.as_ref().map(|e| &e.key[..]), s.map(|e| e.key));
                 assert_eq!(
                     got.as_ref().and_then(|e| e.value.as_deref()),
@@ -76,7 +103,8 @@ fn assert_reads_back(slots: &[Option<EntryRef<'_>>]) -> Block {
     let (out, raw) = encoded(slots);
     let b = Block::decode(Bytes::from(out), slots.len(), raw).unwrap();
     for (i, s) in slots.iter().enumerate() {
-        let got = b.entry_ref(i).unwrap();
+        let mut key = Vec::new();
+        let got = b.entry_ref(i, &[], &mut key).unwrap();
         assert_eq!(
             got.map(|e| (e.key, e.value)),
             s.map(|e| (e.key, e.value)),

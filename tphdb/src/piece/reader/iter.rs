@@ -93,7 +93,7 @@ impl Iterator for PieceIter<'_> {
                 while self.slot < block.slot_count() {
                     let i = self.slot;
                     self.slot += 1;
-                    match block.entry(i) {
+                    match block.entry(i, self.reader.key_prefix()) {
                         Ok(Some(e)) => return Some(Ok(e)),
                         Ok(None) => {}
                         Err(e) => {
@@ -216,6 +216,8 @@ impl PieceReader {
     /// the file reads ahead), else each wanted block on its own.
     fn read_slots(&self, slots: &[u64], f: &mut impl FnMut(EntryRef<'_>)) -> Result<u64> {
         let mut read = 0;
+        // The key of an entry, when the piece leaves its prefix out.
+        let mut key = Vec::new();
         // Pages of the file up to here have been let go of.
         let mut released = 0;
         let mut i = 0;
@@ -262,7 +264,7 @@ impl PieceReader {
                 }
                 let (_, block) = decoded.as_ref().expect("decoded above");
                 let entry = block
-                    .entry_ref(at)
+                    .entry_ref(at, &self.key_prefix, &mut key)
                     .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))?;
                 if let Some(e) = entry {
                     f(e);

@@ -15,7 +15,10 @@ use super::block::{Block, TRAILER_BYTES};
 use super::block_index::BlockIndex;
 use super::cache::BlockCache;
 use super::entry::Entry;
-use super::format::{decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES};
+use super::format::{
+    decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES,
+    KEY_PREFIX_VERSION, MAX_KEY_PREFIX,
+};
 use super::sorted::SortedIndex;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, RandomAccessFile, ReadMode};
@@ -43,6 +46,8 @@ pub struct PieceReader {
     pub(super) sections: Vec<Section>,
     /// The piece's format version (from its footer).
     format_version: u32,
+    /// What every key starts with, left out of the entries (format 5).
+    key_prefix: Bytes,
     /// The shared block cache and this piece's number in it.
     cache: Option<(Arc<BlockCache>, u64)>,
     /// Whether blocks go in the cache too (not when mapped: the page cache
@@ -150,6 +155,7 @@ impl PieceReader {
             TRAILER_BYTES as u64,
         )?;
         let overflow = decode_overflow(&section(SectionId::Overflow)?, &props)?;
+        let key_prefix = read_key_prefix(file.as_ref(), &sections, footer.version)?;
         file.done_with(0, len as usize);
         Ok(PieceReader {
             name: name.to_string(),
@@ -160,6 +166,7 @@ impl PieceReader {
             overflow,
             sections,
             format_version: footer.version,
+            key_prefix,
             cache: None,
             cache_blocks: false,
         })
@@ -186,9 +193,12 @@ impl PieceReader {
     }
 
     /// Bytes of memory the lookup index takes: perfect hash, block offsets,
-    /// overflow list.
+    /// overflow list, key prefix.
     pub fn index_memory_bytes(&self) -> usize {
-        self.phf.memory_bytes() + self.blocks.memory_bytes() + self.overflow.len() * 16
+        self.phf.memory_bytes()
+            + self.blocks.memory_bytes()
+            + self.overflow.len() * 16
+            + self.key_prefix.len()
     }
 
     /// Number of 4 GiB data segments.
@@ -214,14 +224,14 @@ impl PieceReader {
         hash: u64,
         count: &mut ReadCount,
     ) -> Result<Option<Entry>> {
-        if self.phf.is_empty() {
+        // A key without the prefix all of the piece's keys have is not
+        // among them: no read.
+        if self.phf.is_empty() || !key.starts_with(&self.key_prefix) {
             return Ok(None);
         }
         let slot = self.phf.slot(hash) as u64;
-        if let Some(e) = self.entry_counted(slot, count)? {
-            if e.key == key {
-                return Ok(Some(e));
-            }
+        if let Some(e) = self.entry_counted(slot, Some(key), count)? {
+            return Ok(Some(e));
         }
         if !self.overflow.is_empty() {
             let from = self.overflow.partition_point(|&(h, _)| h < hash);
@@ -229,10 +239,8 @@ impl PieceReader {
                 if h != hash {
                     break;
                 }
-                if let Some(e) = self.entry_counted(s as u64, count)? {
-                    if e.key == key {
-                        return Ok(Some(e));
-                    }
+                if let Some(e) = self.entry_counted(s as u64, Some(key), count)? {
+                    return Ok(Some(e));
                 }
             }
         }
@@ -276,6 +284,12 @@ impl PieceReader {
             self.props.max_block_bytes as usize,
         )
         .map_err(|e| e.at(format_args!("{} block {b}", self.name)))
+    }
+
+    /// What every key of the piece starts with, left out of its entries
+    /// (empty before format 5, or when the keys share no prefix).
+    pub fn key_prefix(&self) -> &[u8] {
+        &self.key_prefix
     }
 
     /// Caches this piece's key-order index, and its blocks when
@@ -346,7 +360,7 @@ impl PieceReader {
 
     /// The entry in `slot`, if any: one read.
     pub(crate) fn entry_in_slot(&self, slot: u64) -> Result<Option<Entry>> {
-        self.entry_counted(slot, &mut ReadCount::default())
+        self.entry_counted(slot, None, &mut ReadCount::default())
     }
 
     /// Bytes of block `b` on disk.
@@ -360,12 +374,24 @@ impl PieceReader {
         (slot / k, (slot % k) as usize)
     }
 
-    /// The entry in `slot`, if any: one read, added to `count`.
-    fn entry_counted(&self, slot: u64, count: &mut ReadCount) -> Result<Option<Entry>> {
+    /// The entry in `slot`, if any and if its key is `key` (when given):
+    /// one read, added to `count`.
+    fn entry_counted(
+        &self,
+        slot: u64,
+        key: Option<&[u8]>,
+        count: &mut ReadCount,
+    ) -> Result<Option<Entry>> {
         let k = self.props.slots_per_block as u64;
-        self.read_block_counted(slot / k, count)?
-            .entry((slot % k) as usize)
-            .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
+        let (block, i) = (
+            self.read_block_counted(slot / k, count)?,
+            (slot % k) as usize,
+        );
+        match key {
+            Some(key) => block.entry_of(i, &self.key_prefix, key),
+            None => block.entry(i, &self.key_prefix),
+        }
+        .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
     }
 
     fn section(&self, id: SectionId) -> Result<Bytes> {
@@ -466,6 +492,31 @@ fn read_section(file: &dyn RandomAccessFile, sections: &[Section], id: SectionId
     Ok(bytes)
 }
 
+/// The key-prefix section, verified: none before format 5, and at most
+/// [`MAX_KEY_PREFIX`] bytes.
+fn read_key_prefix(
+    file: &dyn RandomAccessFile,
+    sections: &[Section],
+    version: u32,
+) -> Result<Bytes> {
+    let Some(s) = sections
+        .iter()
+        .find(|s| s.id == SectionId::KeyPrefix as u32)
+    else {
+        return Ok(Bytes::new());
+    };
+    if version < KEY_PREFIX_VERSION || !(1..=MAX_KEY_PREFIX as u64).contains(&s.len) {
+        return Err(Error::corruption(
+            "key prefix section",
+            format!(
+                "1 to {MAX_KEY_PREFIX} bytes, in a piece of format {KEY_PREFIX_VERSION} or later"
+            ),
+            format!("{} bytes in a piece of format {version}", s.len),
+        ));
+    }
+    read_section(file, sections, SectionId::KeyPrefix)
+}
+
 fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>> {
     if b.len() as u64 != props.overflow_count * 12 {
         return Err(Error::corruption(
@@ -496,4 +547,39 @@ fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>>
         ));
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::MemFs;
+
+    /// A key-prefix section of 1 to 64 bytes is read from a piece of
+    /// format 5 on; any other length, or one in an older piece, is
+    /// corruption, and so is a prefix that fails its checksum.
+    #[test]
+    fn a_key_prefix_section_is_read_only_as_the_format_allows() {
+        let fs = MemFs::new();
+        let path = Path::new("/prefix");
+        fs.write_file(path, vec![b'k'; 100]);
+        let file = fs.open_read(path, ReadMode::Pread).unwrap();
+        let read = |len: u64, version: u32, crc: Option<u32>| {
+            let bytes = vec![b'k'; len as usize];
+            let section = Section {
+                id: SectionId::KeyPrefix as u32,
+                offset: 0,
+                len,
+                crc: crc.unwrap_or_else(|| crc32c::crc32c(&bytes)),
+            };
+            read_key_prefix(file.as_ref(), &[section], version)
+        };
+        for (len, version) in [(1, 5), (64, 5), (9, 6)] {
+            assert_eq!(read(len, version, None).unwrap().len(), len as usize);
+        }
+        for (len, version, crc) in [(0, 5, None), (65, 5, None), (9, 4, None), (9, 5, Some(7))] {
+            let err = read(len, version, crc).unwrap_err();
+            assert!(err.is_corruption(), "{len} bytes, format {version}: {err}");
+        }
+        assert!(read_key_prefix(file.as_ref(), &[], 5).unwrap().is_empty());
+    }
 }
