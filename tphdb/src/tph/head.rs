@@ -101,16 +101,23 @@ pub(super) fn write_head<E: EntryShape, S: EntrySource>(
     sections: IndexSections,
     load: LoadPass<'_, S>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    write_head_with(ctx, meta, sections, |fs, path, options, extra| {
-        write_piece_in_passes(fs, path, entries, hashes, options, extra, passes, load)
-    })
+    write_head_with(
+        ctx,
+        ctx.new_number,
+        meta,
+        sections,
+        |fs, path, options, extra| {
+            write_piece_in_passes(fs, path, entries, hashes, options, extra, passes, load)
+        },
+    )
 }
 
-/// Writes the new head piece as `write` writes a piece (to the path, with
+/// Writes head piece `number` as `write` writes a piece (to the path, with
 /// the options and extra sections it is handed), with the index
 /// `sections`, and opens it; returns it and the index it carries.
 pub(super) fn write_head_with(
     ctx: &MergeContext<'_>,
+    number: u64,
     meta: &TphMeta,
     sections: IndexSections,
     write: impl FnOnce(
@@ -120,20 +127,13 @@ pub(super) fn write_head_with(
         &[(u32, &[u8])],
     ) -> Result<PieceProperties>,
 ) -> Result<(Arc<PieceFile>, GlobalIndex)> {
-    let path = ctx.dir.join(piece_file_name(ctx.new_number));
     // Held until the index they encode is decoded and counted with the
     // TPH's (a merge's whole piece is written meanwhile).
     let _sections = ctx.hold(sections.iter().map(|(_, b)| b.len() as u64).sum());
     let extra: Vec<(u32, &[u8])> = sections.iter().map(|(id, b)| (*id, &b[..])).collect();
-    // The local perfect hash's segments divide the partition, as the level
-    // below divides it.
-    let mut piece_options = ctx.piece_options.clone();
-    piece_options.phf.hash_range = Some((*ctx.hashes.start(), *ctx.hashes.end()));
-    if let Err(e) = write(ctx.fs.as_ref(), &path, &piece_options, &extra) {
-        let _ = ctx.fs.remove(&path);
-        return Err(e);
-    }
-    let head = PieceFile::open(ctx.fs, ctx.dir, ctx.new_number, ctx.reads)?;
+    let head = write_piece_file(ctx, number, |fs, path, options| {
+        write(fs, path, options, &extra)
+    })?;
     let [_, (_, fuse), (_, exceptions)] = sections;
     let index = GlobalIndex::decode_fuse(
         fuse,
@@ -144,6 +144,26 @@ pub(super) fn write_head_with(
         meta.wide_h2,
     )?;
     Ok((head, index))
+}
+
+/// Writes piece `number` of the TPH being built as `write` writes it (to
+/// the path, with the options), and opens it; removes what was written if
+/// it fails.
+pub(super) fn write_piece_file(
+    ctx: &MergeContext<'_>,
+    number: u64,
+    write: impl FnOnce(&dyn FileSystem, &Path, &PieceOptions) -> Result<PieceProperties>,
+) -> Result<Arc<PieceFile>> {
+    let path = ctx.dir.join(piece_file_name(number));
+    // The local perfect hash's segments divide the partition, as the level
+    // below divides it.
+    let mut piece_options = ctx.piece_options.clone();
+    piece_options.phf.hash_range = Some((*ctx.hashes.start(), *ctx.hashes.end()));
+    if let Err(e) = write(ctx.fs.as_ref(), &path, &piece_options) {
+        let _ = ctx.fs.remove(&path);
+        return Err(e);
+    }
+    PieceFile::open(ctx.fs, ctx.dir, number, ctx.reads)
 }
 
 /// The live keys of a TPH being built, streamed an interval of hashes at a

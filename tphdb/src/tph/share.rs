@@ -115,9 +115,15 @@ pub(crate) fn write_share(
         keys: &mut keys,
     };
     let mut load = |run: &[u32]| load_run(source, &pairs, run, &mut loaded_survey, &mut stats);
-    let (head, index) = write_head_with(ctx, &meta, sections, |fs, path, options, extra| {
-        write_planned_piece(fs, path, plan, options, extra, passes, &mut load)
-    })?;
+    let (head, index) = write_head_with(
+        ctx,
+        ctx.new_number,
+        &meta,
+        sections,
+        |fs, path, options, extra| {
+            write_planned_piece(fs, path, plan, options, extra, passes, &mut load)
+        },
+    )?;
     if loaded_survey.finished(n) != survey {
         let _ = ctx
             .fs

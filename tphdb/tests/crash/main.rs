@@ -377,10 +377,11 @@ fn sweep_filling_the_disk_at_each_append() {
     // older versions below, and GC push-downs and folds take about a third
     // of its appends (1,567 in all before they did, 2,468 since): about 40%
     // of the runs then see a failure and write on, against more than half
-    // before.
+    // before. Merges writing their index as a file of its own took the
+    // appends to 3,286, and the runs that write on to 702 (21%).
     let runs = appends.div_ceil(step as u64) as usize;
     assert!(
-        went_on * 4 > runs,
+        went_on * 6 > runs,
         "only {went_on} of {runs} runs wrote on after running out of space"
     );
 }

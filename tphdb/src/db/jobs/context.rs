@@ -74,6 +74,9 @@ impl Inner {
             gc_input_bytes: None,
             fold_memory_bytes: merge_memory,
             new_number: number,
+            // A read-only database runs no merge; a number not used is a
+            // gap in the file numbers, nothing more.
+            index_number: self.new_file_number().ok(),
             index_memory_bytes: match level {
                 0 => (merge_memory as usize).min(LEVEL0_INDEX_MEMORY_BYTES),
                 _ => merge_memory as usize,

@@ -34,6 +34,7 @@ fn context<'a>(
         gc_input_bytes: None,
         fold_memory_bytes: u64::MAX,
         new_number: 7,
+        index_number: None,
         // A few chunks at a time, in several passes over the entries.
         index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
         job_memory: None,
@@ -220,7 +221,7 @@ fn an_index_build_and_the_sections_it_carries_count_as_job_memory() {
 
         let section_bytes: u64 = sections.iter().map(|(_, b)| b.len() as u64).sum();
         let mut while_written = 0;
-        let written = write_head_with(ctx, &meta, sections, |_, _, _, _| {
+        let written = write_head_with(ctx, ctx.new_number, &meta, sections, |_, _, _, _| {
             while_written = gauge.load(Relaxed);
             Err(Error::Internal("not written".into()))
         });

@@ -34,6 +34,9 @@ struct Harness {
     reads: PieceReads,
     /// `MergeContext::hashes`: the partition the TPH's keys come from.
     hashes: std::ops::RangeInclusive<u64>,
+    /// Merges write their index apart, as an index-only head
+    /// (`MergeContext::index_number`), as the database's do.
+    separate_index: bool,
 }
 
 impl Harness {
@@ -75,6 +78,7 @@ impl Harness {
                 global_index_held: Arc::default(),
             },
             hashes: 0..=u64::MAX,
+            separate_index: false,
         }
     }
 
@@ -107,7 +111,7 @@ impl Harness {
 
     fn try_merge(&mut self, delta: Vec<Written>, inputs: &[Arc<Tph>]) -> Result<MergeOutcome> {
         let outcome = merge(&self.context(inputs), self.tph.as_deref(), delta);
-        self.next_number += 1;
+        self.next_number += 1 + u64::from(self.separate_index);
         outcome
     }
 
@@ -130,6 +134,7 @@ impl Harness {
             gc_input_bytes: None,
             fold_memory_bytes: self.fold_memory_bytes,
             new_number: self.next_number,
+            index_number: self.separate_index.then_some(self.next_number + 1),
             index_memory_bytes: 128 * crate::phf::fuse::BUILD_BYTES_PER_KEY,
             job_memory: None,
             hashes: self.hashes.clone(),
@@ -295,8 +300,10 @@ proptest! {
         bottom in any::<bool>(),
         max_pieces in prop_oneof![Just(1usize), Just(2), Just(4), Just(16)],
         fold_memory_bytes in prop_oneof![Just(u64::MAX), Just(1u64), Just(8 << 10)],
+        separate_index in any::<bool>(),
     ) {
         let mut h = Harness::new(bottom, max_pieces);
+        h.separate_index = separate_index;
         h.fold_memory_bytes = fold_memory_bytes;
         for b in &batches {
             h.merge(b);
@@ -579,6 +586,7 @@ proptest! {
 }
 
 mod fold;
+mod index_head;
 mod passes;
 mod share;
 mod verify;
