@@ -4,6 +4,9 @@
 use std::path::Path;
 
 use plotters::prelude::*;
+use serde_json::{Map, Value};
+
+use super::Report;
 
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -131,5 +134,72 @@ pub fn latency_cdf(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)
         .background_style(WHITE.mix(0.8))
         .draw()?;
     root.present()?;
+    Ok(())
+}
+
+/// Every plot of a side-by-side run's `report` into `dir`: throughput and
+/// memory over time, and a latency CDF for each kind of operation.
+pub fn report_plots(dir: &Path, workload: &str, report: &Report) -> PlotResult {
+    std::fs::create_dir_all(dir)?;
+    let name = |r: &Map<String, Value>| r["engine"].as_str().unwrap_or("").to_string();
+    let per_second: Vec<(String, Vec<u64>)> = report
+        .rows()
+        .iter()
+        .filter_map(|r| {
+            // Rows of the disk itself have no timeline.
+            let per_sec = r.get("throughput_per_sec")?.as_array()?;
+            Some((name(r), per_sec.iter().filter_map(Value::as_u64).collect()))
+        })
+        .collect();
+    let path = dir.join(format!("{workload}-throughput.svg"));
+    throughput(&path, &format!("{workload}: throughput"), &per_second)?;
+    eprintln!("wrote {}", path.display());
+    let f64s = |v: &Value| -> Option<Vec<f64>> {
+        Some(v.as_array()?.iter().filter_map(Value::as_f64).collect())
+    };
+    let mut memory: Vec<(String, Vec<f64>)> = Vec::new();
+    for r in report.rows() {
+        let Some(rss) = r
+            .get("rss_mb_per_sec")
+            .and_then(f64s)
+            .filter(|v| !v.is_empty())
+        else {
+            continue;
+        };
+        memory.push((format!("{} resident", name(r)), rss));
+        if let Some(Value::Object(parts)) = r.get("memory_parts_mb_per_sec") {
+            for (part, v) in parts {
+                if let Some(v) = f64s(v).filter(|v| v.iter().any(|&x| x > 0.0)) {
+                    memory.push((format!("{} {part}", name(r)), v));
+                }
+            }
+        }
+    }
+    if !memory.is_empty() {
+        let path = dir.join(format!("{workload}-memory.svg"));
+        let title = format!("{workload}: memory (run, then final settle)");
+        lines(&path, &title, "MB", &memory)?;
+        eprintln!("wrote {}", path.display());
+    }
+    for kind in ["read", "update", "insert", "scan", "rmw", "delete"] {
+        let series: Vec<(String, Vec<(f64, f64)>)> = report
+            .rows()
+            .iter()
+            .filter_map(|r| {
+                let cdf = r.get("latency")?.get(kind)?.get("cdf")?.as_array()?;
+                let points = cdf
+                    .iter()
+                    .filter_map(|p| Some((p.get(0)?.as_f64()?, p.get(1)?.as_f64()?)))
+                    .collect();
+                Some((name(r), points))
+            })
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{workload}-latency-{kind}.svg"));
+        latency_cdf(&path, &format!("{workload}: {kind} latency"), &series)?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }

@@ -44,7 +44,8 @@ pub(crate) enum SectionId {
 }
 
 impl SectionId {
-    pub(crate) const REQUIRED: [SectionId; 7] = [
+    /// The sections a piece may have of its own, required or not.
+    pub(crate) const ALL: [SectionId; 8] = [
         SectionId::Properties,
         SectionId::Phf,
         SectionId::BlockIndex,
@@ -52,7 +53,11 @@ impl SectionId {
         SectionId::Hashes,
         SectionId::KeyChunks,
         SectionId::ChunkIndex,
+        SectionId::KeyPrefix,
     ];
+
+    /// The sections every piece has: all but the key prefix.
+    pub(crate) const REQUIRED: &'static [SectionId] = SectionId::ALL.split_at(7).0;
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -199,7 +204,7 @@ pub(crate) fn decode_directory(b: &[u8], limit: u64) -> Result<Vec<Section>> {
             format!("{ids:?}"),
         ));
     }
-    for id in SectionId::REQUIRED {
+    for &id in SectionId::REQUIRED {
         if !ids.contains(&(id as u32)) {
             return Err(Error::corruption(
                 "section directory",

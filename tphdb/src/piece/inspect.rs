@@ -9,10 +9,9 @@ use crate::error::Result;
 
 /// Section names beyond the piece's own: a TPH head's index.
 fn section_name(id: u32) -> String {
-    let own = SectionId::REQUIRED.iter().find(|s| **s as u32 == id);
+    let own = SectionId::ALL.iter().find(|s| **s as u32 == id);
     match (own, id) {
         (Some(s), _) => s.name().to_string(),
-        (None, 8) => SectionId::KeyPrefix.name().into(),
         (None, 16) => "TPH meta".into(),
         (None, 17) => "TPH perfect hash".into(),
         (None, 18) => "TPH slots".into(),

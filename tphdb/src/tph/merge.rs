@@ -283,7 +283,12 @@ pub(crate) fn merge(
     let hashes: Vec<u64> = written.iter().map(Written::h).collect();
     let folded = written.iter().any(|e| e.origin().is_some());
     let mut load = |run: &[u32]| load_pass(base, ctx.inputs, &written, folded, run, &mut stats);
-    let (head, index, data) = match ctx.index_number.filter(|_| !written.is_empty()) {
+    // The head, its index, the data piece, and the bytes of entries and of
+    // index each was written with.
+    let (head, index, data, data_bytes, index_bytes) = match ctx
+        .index_number
+        .filter(|_| !written.is_empty())
+    {
         Some(index_number) => {
             let piece = write_piece_file(ctx, ctx.new_number, |fs, path, options| {
                 write_piece_in_passes(fs, path, &written, &hashes, options, &[], passes, &mut load)
@@ -293,7 +298,10 @@ pub(crate) fn merge(
                 write_piece_in_passes(fs, path, no_entries, &[], o, x, 1, &mut |_| Ok(no_entries))
             });
             match head {
-                Ok((head, index)) => (head, index, piece),
+                Ok((head, index)) => {
+                    let (data_bytes, index_bytes) = (piece.file_bytes(), head.file_bytes());
+                    (head, index, piece, data_bytes, index_bytes)
+                }
                 Err(e) => {
                     let _ = ctx
                         .fs
@@ -305,20 +313,13 @@ pub(crate) fn merge(
         None => {
             let (head, index) =
                 write_head(ctx, &meta, &written, &hashes, passes, sections, &mut load)?;
-            (head.clone(), index, head)
+            let data_bytes = head.file_bytes().saturating_sub(index_bytes);
+            (head.clone(), index, head, data_bytes, index_bytes)
         }
     };
     drop(hashes);
-    // The rest of the data piece is its entries and their indexes: the
+    // The data piece's bytes are its entries and their indexes: the
     // delta's share and the folds', by their entries' sizes.
-    let data_bytes = match Arc::ptr_eq(&data, &head) {
-        true => data.file_bytes().saturating_sub(index_bytes),
-        false => data.file_bytes(),
-    };
-    let index_bytes = match Arc::ptr_eq(&data, &head) {
-        true => index_bytes,
-        false => head.file_bytes(),
-    };
     let total = encoded_bytes(&written).max(1);
     let carried_bytes = carried_bytes.min(total);
     stats.index_bytes_written = index_bytes;
