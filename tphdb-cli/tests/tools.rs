@@ -175,7 +175,7 @@ fn get_put_delete_and_scan_from_the_shell() {
         files("MANIFEST")[0].to_str().unwrap(),
     ]);
     assert!(
-        manifest.starts_with("edit 0: format 7, layout fanout"),
+        manifest.starts_with("edit 0: format 8, layout fanout"),
         "{manifest}"
     );
     assert!(manifest.contains("clean end"), "{manifest}");

@@ -20,7 +20,7 @@ use crate::version::{Layout, VersionEdit};
 use crate::{IteratorMode, Options, DB};
 
 /// The format the current code writes.
-const CURRENT_VERSION: &str = "v11";
+const CURRENT_VERSION: &str = "v12";
 
 type State = BTreeMap<Vec<u8>, Vec<u8>>;
 

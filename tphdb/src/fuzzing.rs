@@ -120,12 +120,25 @@ pub fn replay_manifest(bytes: &[u8]) -> Result<String> {
     Ok(format!("{:?}", VersionSet::read_state(&fs, dir)?))
 }
 
-/// Decodes a block of `count` slots and reads every slot.
+/// Decodes a block of `count` slots and reads every slot as a piece of
+/// format 4 would; then as pieces of format 6 with and without tags, whose
+/// results are dropped (errors are fine, panics are not).
 pub fn decode_block(bytes: &[u8], count: usize, max_raw: usize) -> Result<Vec<Option<Entry>>> {
+    use crate::piece::{EntryLayout, SeqCoding};
     let block = crate::piece::block::Block::decode(Bytes::copy_from_slice(bytes), count, max_raw)?;
-    (0..block.slot_count())
-        .map(|i| block.entry(i, &[]))
-        .collect()
+    let read = |layout: &EntryLayout| {
+        (0..block.slot_count())
+            .map(|i| block.entry(i, layout))
+            .collect::<Result<Vec<_>>>()
+    };
+    for stored_key_len in [None, Some(4)] {
+        let _ = read(&EntryLayout {
+            key_prefix: Bytes::from_static(b"user:"),
+            seq: SeqCoding::fixed(1000, 1000 + (1 << 20)),
+            stored_key_len,
+        });
+    }
+    read(&EntryLayout::PLAIN)
 }
 
 /// Encodes `slots` as one block; returns the bytes and the raw size.
@@ -136,7 +149,9 @@ pub fn encode_block(slots: &[Option<EntryRef<'_>>], lz4: bool) -> Result<(Vec<u8
         Compression::None
     };
     let mut out = Vec::new();
-    let raw = crate::piece::block::encode_block(slots, compression, &mut Vec::new(), &mut out)?;
+    let plain = &crate::piece::EntryLayout::PLAIN;
+    let raw =
+        crate::piece::block::encode_block(slots, plain, compression, &mut Vec::new(), &mut out)?;
     Ok((out, raw))
 }
 

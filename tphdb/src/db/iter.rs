@@ -143,7 +143,7 @@ fn load_values(
                 let ValueRef::InPiece(_, slot) = &refs[i].1 else {
                     unreachable!("grouped from pieces")
                 };
-                match block.entry(p.block_of(*slot).1, p.key_prefix())? {
+                match block.entry(p.block_of(*slot).1, p.entry_layout())? {
                     Some(e) if e.key == refs[i].0 => Ok((i, e.value.unwrap_or_default())),
                     _ => Err(Error::corruption(
                         format!("slot {slot}"),

@@ -84,7 +84,7 @@ impl PieceReader {
                 }
             };
             for i in 0..block.slot_count() {
-                match block.entry(i, self.key_prefix()) {
+                match block.entry(i, self.entry_layout()) {
                     Ok(Some(e)) => entries.push(e),
                     Ok(None) => {}
                     Err(e) => {

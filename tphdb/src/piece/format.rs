@@ -16,10 +16,16 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"TPHPIECE");
 /// key-hash section's first hashes as steps, and leaves out a key-chunk
 /// item's length when its key is as long as the one before. Version 5
 /// leaves the prefix every key of the piece shares out of its entries,
-/// stored once in a key-prefix section.
-pub(crate) const FORMAT_VERSION: u32 = 5;
+/// stored once in a key-prefix section. Version 6 stores an entry's
+/// sequence number as its distance from the piece's smallest, in the
+/// fewest bytes that hold the piece's span, and no tag in a piece of puts
+/// whose keys are of one length (given in a key-length section).
+pub(crate) const FORMAT_VERSION: u32 = 6;
 /// The first piece format that may have a key-prefix section.
 pub(crate) const KEY_PREFIX_VERSION: u32 = 5;
+/// The first piece format whose entries have fixed-width sequence numbers
+/// and may have no tag.
+pub(crate) const ENTRY_LAYOUT_VERSION: u32 = 6;
 /// The longest key prefix a piece leaves out of its entries: past it, a
 /// byte an entry is a small share of the key.
 pub(crate) const MAX_KEY_PREFIX: usize = 64;
@@ -41,11 +47,14 @@ pub(crate) enum SectionId {
     /// Optional (format 5): the prefix every key shares, left out of the
     /// entries.
     KeyPrefix = 8,
+    /// Optional (format 6): the length of every key of a piece of puts
+    /// whose keys are of one length; its entries have no tag.
+    KeyLength = 9,
 }
 
 impl SectionId {
     /// The sections a piece may have of its own, required or not.
-    pub(crate) const ALL: [SectionId; 8] = [
+    pub(crate) const ALL: [SectionId; 9] = [
         SectionId::Properties,
         SectionId::Phf,
         SectionId::BlockIndex,
@@ -54,9 +63,10 @@ impl SectionId {
         SectionId::KeyChunks,
         SectionId::ChunkIndex,
         SectionId::KeyPrefix,
+        SectionId::KeyLength,
     ];
 
-    /// The sections every piece has: all but the key prefix.
+    /// The sections every piece has: all but the key prefix and length.
     pub(crate) const REQUIRED: &'static [SectionId] = SectionId::ALL.split_at(7).0;
 
     pub(crate) fn name(self) -> &'static str {
@@ -69,6 +79,7 @@ impl SectionId {
             SectionId::KeyChunks => "key chunks",
             SectionId::ChunkIndex => "key chunk index",
             SectionId::KeyPrefix => "key prefix",
+            SectionId::KeyLength => "key length",
         }
     }
 }
@@ -383,8 +394,8 @@ mod tests {
     }
 
     #[test]
-    fn footers_of_versions_1_to_5_are_read_and_others_refused() {
-        for version in 0..7 {
+    fn footers_of_versions_1_to_6_are_read_and_others_refused() {
+        for version in 0..8 {
             let footer = Footer {
                 version,
                 dir_offset: 1234,
@@ -393,7 +404,7 @@ mod tests {
             };
             let decoded = Footer::decode(&footer.encode());
             match version {
-                1..=5 => assert_eq!(decoded.unwrap(), footer),
+                1..=6 => assert_eq!(decoded.unwrap(), footer),
                 _ => assert!(
                     matches!(decoded, Err(Error::Corruption { .. })),
                     "version {version}: {decoded:?}"

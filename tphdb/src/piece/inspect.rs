@@ -88,7 +88,26 @@ impl PieceReader {
             "  entries {} (tombstones {}), key bytes {}, value bytes {}",
             p.entry_count, p.tombstone_count, p.key_bytes, p.value_bytes
         );
-        let _ = writeln!(w, "  sequence numbers {}..={}", p.min_seq, p.max_seq);
+        let layout = self.entry_layout();
+        let _ = writeln!(
+            w,
+            "  sequence numbers {}..={}, {}",
+            p.min_seq,
+            p.max_seq,
+            match layout.seq {
+                crate::piece::SeqCoding::Varint => "varints".to_string(),
+                crate::piece::SeqCoding::Fixed { bytes, .. } =>
+                    format!("each as its distance from the smallest in {bytes} byte(s)"),
+            }
+        );
+        let _ = writeln!(
+            w,
+            "  entry tags: {}",
+            match layout.stored_key_len {
+                Some(n) => format!("none (every entry a put of a key of {n} bytes as stored)"),
+                None => "a varint an entry (key length, tombstone)".to_string(),
+            }
+        );
         let _ = writeln!(
             w,
             "  slots {} + {} overflow, {} per block (page size {}), compression {:?}",
@@ -137,7 +156,7 @@ impl PieceReader {
                     "  block {b:>8}: offset {offset:>12} length {bytes:>8} ({} bytes decoded, {} entries)",
                     block.raw_len(),
                     (0..block.slot_count())
-                        .filter(|&i| matches!(block.entry(i, self.key_prefix()), Ok(Some(_))))
+                        .filter(|&i| matches!(block.entry(i, self.entry_layout()), Ok(Some(_))))
                         .count()
                 );
             }

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use super::block::{encode_block, pad_block, MAX_PADDING};
 use super::entry::{EntryRef, EntrySource};
+use super::entry_layout::EntryLayout;
 use super::format::Compression;
 use super::writer::{PieceOptions, NONE};
 use crate::error::{Error, Result};
@@ -81,8 +82,9 @@ pub(super) struct BlockWriter<'a> {
     at: u64,
     pending: Option<Vec<u8>>,
     quantum: usize,
-    /// What every key starts with, left out of the entries.
-    key_prefix: &'a [u8],
+    /// How entries are stored: the prefix every key starts with is left
+    /// out of them.
+    entry_layout: &'a EntryLayout,
     options: &'a PieceOptions,
 }
 
@@ -92,7 +94,7 @@ impl<'a> BlockWriter<'a> {
         at: u64,
         block_count: usize,
         quantum: usize,
-        key_prefix: &'a [u8],
+        entry_layout: &'a EntryLayout,
         options: &'a PieceOptions,
     ) -> BlockWriter<'a> {
         BlockWriter {
@@ -101,7 +103,7 @@ impl<'a> BlockWriter<'a> {
             at,
             pending: None,
             quantum,
-            key_prefix,
+            entry_layout,
             options,
         }
     }
@@ -127,7 +129,7 @@ impl<'a> BlockWriter<'a> {
                 .map(|batch_first| {
                     let blocks = batch_first..(batch_first + BLOCKS_PER_BATCH).min(last);
                     let compression = self.options.compression;
-                    encode_batch(entries, by_slot, k, blocks, self.key_prefix, compression)
+                    encode_batch(entries, by_slot, k, blocks, self.entry_layout, compression)
                 })
                 .collect();
             for batch in batches {
@@ -176,14 +178,14 @@ impl<'a> BlockWriter<'a> {
 /// Encodes `blocks`, each into its own buffer. Entries are visited in slot
 /// order, which is random in memory: each entry's own memory (a memtable
 /// node, a merge's entry) is prefetched two blocks ahead, and the key and
-/// value it points to one block ahead. Each key is written without
-/// `key_prefix`, which every key starts with.
+/// value it points to one block ahead. Each entry is laid out as `layout`
+/// says, its key without the prefix every key starts with.
 fn encode_batch<S: EntrySource + ?Sized>(
     entries: &S,
     by_slot: &[u32],
     k: usize,
     blocks: std::ops::Range<usize>,
-    key_prefix: &[u8],
+    layout: &EntryLayout,
     compression: Compression,
 ) -> Result<(Vec<Vec<u8>>, usize)> {
     let block_slots = |b: usize| &by_slot[b * k..((b + 1) * k).min(by_slot.len())];
@@ -191,10 +193,19 @@ fn encode_batch<S: EntrySource + ?Sized>(
         let e = entries
             .entry(i)
             .ok_or_else(|| Error::Internal(format!("entry {i} of a piece is not at hand")))?;
-        match e.key.strip_prefix(key_prefix) {
-            Some(key) => Ok(EntryRef { key, ..e }),
-            None => Err(Error::Internal(format!(
-                "entry {i} of a piece does not start with the piece's key prefix"
+        let stored = match e.key.strip_prefix(&layout.key_prefix[..]) {
+            Some(key) => EntryRef { key, ..e },
+            None => {
+                return Err(Error::Internal(format!(
+                    "entry {i} of a piece does not start with the piece's key prefix"
+                )))
+            }
+        };
+        match layout.fits(&stored) {
+            true => Ok(stored),
+            false => Err(Error::Internal(format!(
+                "entry {i} of a piece does not fit the layout its survey gave: {:?}",
+                (layout.seq, layout.stored_key_len)
             ))),
         }
     };
@@ -233,6 +244,7 @@ fn encode_batch<S: EntrySource + ?Sized>(
         let mut block = Vec::with_capacity(slots.len() * 64 + 64);
         max_raw = max_raw.max(encode_block(
             &slots,
+            layout,
             compression,
             &mut lz4_scratch,
             &mut block,

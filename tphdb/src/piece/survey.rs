@@ -8,9 +8,13 @@
 
 use rayon::prelude::*;
 
+use bytes::Bytes;
+
 use super::entry::{check_lengths, prefetch_ahead, EntryShape};
+use super::entry_layout::{entry_tag, EntryLayout, SeqCoding};
 use super::format::MAX_KEY_PREFIX;
 use crate::error::Result;
+use crate::util::codec::varint_len;
 
 /// Entries one parallel task surveys.
 const CHUNK: usize = 1 << 14;
@@ -18,10 +22,19 @@ const CHUNK: usize = 1 << 14;
 /// What a pass over a piece's entries finds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Survey {
-    /// Sum of the entries' encoded lengths.
+    /// Sum of the entries' lengths encoded as before format 6 (a varint
+    /// tag and sequence number): what estimates of memory count.
     pub(crate) encoded_bytes: usize,
-    /// Sum of their squares: with the sum, how much the lengths vary.
-    pub(super) encoded_squares: u128,
+    /// Sum of each entry's key and value bytes, and of their squares.
+    body_bytes: u64,
+    body_squares: u128,
+    /// Sum of the entries' tags' bytes, and of the squares of their key
+    /// and value bytes with the tag: for a layout with tags.
+    tag_bytes: u64,
+    tagged_squares: u128,
+    /// The shortest and longest key (`usize::MAX` and 0 when none).
+    min_key_len: usize,
+    max_key_len: usize,
     pub(super) key_bytes: u64,
     /// Bytes of the values, tombstones counting none.
     pub(super) value_bytes: u64,
@@ -41,7 +54,12 @@ pub(crate) struct Survey {
 impl Survey {
     pub(crate) const EMPTY: Survey = Survey {
         encoded_bytes: 0,
-        encoded_squares: 0,
+        body_bytes: 0,
+        body_squares: 0,
+        tag_bytes: 0,
+        tagged_squares: 0,
+        min_key_len: usize::MAX,
+        max_key_len: 0,
         key_bytes: 0,
         value_bytes: 0,
         tombstones: 0,
@@ -59,9 +77,15 @@ impl Survey {
     pub(crate) fn add<E: EntryShape>(&mut self, e: &E) -> Result<()> {
         let (key, value) = (e.key(), e.value_len());
         check_lengths(key.len(), value)?;
-        let len = e.encoded_len();
-        self.encoded_bytes += len;
-        self.encoded_squares += len as u128 * len as u128;
+        self.encoded_bytes += e.encoded_len();
+        let body = (key.len() + value.unwrap_or(0)) as u64;
+        let tag = varint_len(entry_tag(key.len(), value.is_none())) as u64;
+        self.body_bytes += body;
+        self.body_squares += body as u128 * body as u128;
+        self.tag_bytes += tag;
+        self.tagged_squares += (body + tag) as u128 * (body + tag) as u128;
+        self.min_key_len = self.min_key_len.min(key.len());
+        self.max_key_len = self.max_key_len.max(key.len());
         self.key_bytes += key.len() as u64;
         self.value_bytes += value.unwrap_or(0) as u64;
         self.tombstones += u64::from(value.is_none());
@@ -116,7 +140,12 @@ impl Survey {
             prefix_len: prefixed.prefix_len,
             prefix: prefixed.prefix,
             encoded_bytes: self.encoded_bytes + o.encoded_bytes,
-            encoded_squares: self.encoded_squares + o.encoded_squares,
+            body_bytes: self.body_bytes + o.body_bytes,
+            body_squares: self.body_squares + o.body_squares,
+            tag_bytes: self.tag_bytes + o.tag_bytes,
+            tagged_squares: self.tagged_squares + o.tagged_squares,
+            min_key_len: self.min_key_len.min(o.min_key_len),
+            max_key_len: self.max_key_len.max(o.max_key_len),
             key_bytes: self.key_bytes + o.key_bytes,
             value_bytes: self.value_bytes + o.value_bytes,
             tombstones: self.tombstones + o.tombstones,
@@ -126,16 +155,43 @@ impl Survey {
         }
     }
 
-    /// Bytes the `n` entries take in the piece, without the key prefix,
-    /// and the sum of their squares (exact but where leaving the prefix
-    /// out makes a key's length one varint byte shorter).
+    /// How the piece lays out its entries (format 6): without the prefix
+    /// every key shares, sequence numbers in the fewest bytes that span
+    /// the piece's, and no tag when all are puts of keys of one length.
+    pub(crate) fn entry_layout(&self) -> EntryLayout {
+        let seq = SeqCoding::fixed(self.min_seq.min(self.max_seq), self.max_seq);
+        let stored_key_len = self.max_key_len.saturating_sub(self.prefix_len as usize);
+        // An entry of no bytes would read as an empty slot: a piece of one
+        // key (all of it the prefix) and one sequence number keeps tags.
+        let untagged = self.keyed
+            && self.min_key_len == self.max_key_len
+            && self.tombstones == 0
+            && (stored_key_len > 0 || seq.bytes() > 0);
+        EntryLayout {
+            key_prefix: Bytes::copy_from_slice(self.key_prefix()),
+            seq,
+            stored_key_len: untagged.then_some(stored_key_len as u32),
+        }
+    }
+
+    /// Bytes the `n` entries take in the piece as
+    /// [`Survey::entry_layout`] lays them out, and the sum of their
+    /// squares (exact but where leaving the prefix out makes a key's
+    /// length one varint byte shorter).
     fn stored_lengths(&self, n: usize) -> (u128, u128) {
-        let (n, p) = (n as u128, self.prefix_len as u128);
-        let sum = self.encoded_bytes as u128;
-        let stored = sum.saturating_sub(n * p);
-        // sum((l - p)^2) = squares - 2 p sum + n p^2.
-        let squares = (self.encoded_squares + n * p * p).saturating_sub(2 * p * sum);
-        (stored, squares)
+        let layout = self.entry_layout();
+        let (sum, squares) = match layout.stored_key_len {
+            Some(_) => (self.body_bytes, self.body_squares),
+            None => (self.body_bytes + self.tag_bytes, self.tagged_squares),
+        };
+        let seq_bytes = layout.seq.bytes() as i128;
+        // Each entry's length moves by c: sum((l + c)^2) = squares + 2 c
+        // sum + n c^2.
+        let (n, sum, squares) = (n as i128, sum as i128, squares as i128);
+        let c = seq_bytes - self.prefix_len as i128;
+        let stored = (sum + n * c).max(0);
+        let squares = (squares + 2 * c * sum + n * c * c).max(0);
+        (stored as u128, squares as u128)
     }
 
     /// Average bytes of the `n` entries as the piece stores them (at
@@ -198,6 +254,8 @@ mod tests {
 
     /// The survey, each figure counted on its own.
     fn counted(entries: &[EntryRef<'_>]) -> Survey {
+        let body = |e: &EntryRef<'_>| e.key.len() + e.value.map_or(0, <[u8]>::len);
+        let tag = |e: &EntryRef<'_>| varint_len(entry_tag(e.key.len(), e.value.is_none()));
         // The longest start of the first key that every key has.
         let first = entries.first().map_or(&[][..], |e| e.key);
         let shared = (0..=first.len().min(MAX_KEY_PREFIX))
@@ -211,10 +269,19 @@ mod tests {
             prefix_len: shared as u8,
             prefix,
             encoded_bytes: entries.iter().map(|e| e.encoded_len()).sum(),
-            encoded_squares: entries
+            body_bytes: entries.iter().map(|e| body(e) as u64).sum(),
+            body_squares: entries.iter().map(|e| (body(e) as u128).pow(2)).sum(),
+            tag_bytes: entries.iter().map(|e| tag(e) as u64).sum(),
+            tagged_squares: entries
                 .iter()
-                .map(|e| (e.encoded_len() as u128).pow(2))
+                .map(|e| ((body(e) + tag(e)) as u128).pow(2))
                 .sum(),
+            min_key_len: entries
+                .iter()
+                .map(|e| e.key.len())
+                .min()
+                .unwrap_or(usize::MAX),
+            max_key_len: entries.iter().map(|e| e.key.len()).max().unwrap_or(0),
             key_bytes: entries.iter().map(|e| e.key.len() as u64).sum(),
             value_bytes: entries
                 .iter()

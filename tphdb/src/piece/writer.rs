@@ -217,8 +217,8 @@ pub(crate) fn write_planned_piece<S: EntrySource>(
     let quantum = block_quantum(k, avg, options.page_size);
     let mut file = fs.create(path)?;
     let block_count = slots.by_slot.len().div_ceil(k);
-    let key_prefix = survey.key_prefix();
-    let mut blocks = BlockWriter::new(file.len(), block_count, quantum, key_prefix, options);
+    let entry_layout = survey.entry_layout();
+    let mut blocks = BlockWriter::new(file.len(), block_count, quantum, &entry_layout, options);
     let slots_per_pass = block_count.div_ceil(passes.max(1)).max(1) * k;
     for run in slots.by_slot.chunks(slots_per_pass) {
         let source = load(run)?;
@@ -260,8 +260,12 @@ pub(crate) fn write_planned_piece<S: EntrySource>(
         encode_key_index(&mut *keys, &slot_of, table_size, sink, &mut chunk_index)
     })?;
     sections.add(file, SectionId::ChunkIndex as u32, &chunk_index)?;
-    if !key_prefix.is_empty() {
-        sections.add(file, SectionId::KeyPrefix as u32, key_prefix)?;
+    if !entry_layout.key_prefix.is_empty() {
+        sections.add(file, SectionId::KeyPrefix as u32, &entry_layout.key_prefix)?;
+    }
+    if let Some(stored) = entry_layout.stored_key_len {
+        let key_len = stored + entry_layout.key_prefix.len() as u32;
+        sections.add(file, SectionId::KeyLength as u32, &key_len.to_le_bytes())?;
     }
     for &(id, bytes) in extra_sections {
         sections.add(file, id, bytes)?;

@@ -67,10 +67,11 @@ const FORMAT: u64 = 10;
 /// version 4. Version 6: pieces of piece format 4 (blocks with length
 /// tables, key-hash sections of steps). Version 7: pieces of piece format
 /// 5 (entries without the key prefix a piece's keys share), which a reader
-/// of version 6 would read with their keys cut short. Older heads and
-/// pieces are still read, and the first open that writes makes an older
-/// database version 7 (every open starts a MANIFEST).
-pub(crate) const FORMAT_VERSION: u64 = 7;
+/// of version 6 would read with their keys cut short. Version 8: pieces of
+/// piece format 6 (fixed-width sequence numbers, entries without tags).
+/// Older heads and pieces are still read, and the first open that writes
+/// makes an older database version 8 (every open starts a MANIFEST).
+pub(crate) const FORMAT_VERSION: u64 = 8;
 
 impl VersionEdit {
     pub(crate) fn encode(&self) -> Vec<u8> {

@@ -41,6 +41,68 @@ fn a_key_prefix_section_is_checked() {
     assert!(err.is_corruption(), "{err}");
 }
 
+/// A key-length section (entries without tags) is refused in a piece of a
+/// format before 6 and where it does not fit the properties; sequence
+/// numbers whose range the properties give wrong are corruption that an
+/// entry's read or a whole-piece check finds, never another entry.
+#[test]
+fn a_key_length_section_and_the_sequence_range_are_checked() {
+    let fs = MemFs::new();
+    let mut rng = fastrand::Rng::with_seed(14);
+    let model: Model = (0..300)
+        .map(|i| {
+            let key: Vec<u8> = (0..16).map(|_| rng.u8(..)).collect();
+            (key, (Some(vec![i as u8; 40]), 1_000 + i * 250))
+        })
+        .collect();
+    let path = PathBuf::from("/p.ph");
+    write_piece(&fs, &path, &refs(&model), &PieceOptions::default()).unwrap();
+    let good = fs.read_file(&path).unwrap();
+    let open = |bytes: Vec<u8>| {
+        fs.write_file(&path, bytes);
+        PieceReader::open(&fs, &path, ReadMode::Pread)
+    };
+    let n = good.len();
+    let mut old = good.clone();
+    old[n - 16..n - 12].copy_from_slice(&5u32.to_le_bytes());
+    reseal_section(&mut old, 99, |_| {});
+    let err = open(old).unwrap_err();
+    assert!(err.to_string().contains("key length"), "{err}");
+    for len in [15u32, 17, 0, u32::MAX] {
+        let mut bad = good.clone();
+        reseal_section(&mut bad, 9, |s| s.copy_from_slice(&len.to_le_bytes()));
+        let err = open(bad).unwrap_err();
+        assert!(
+            err.is_corruption() && err.to_string().contains("key length"),
+            "{err}"
+        );
+    }
+    // Properties: min_seq at byte 56, max_seq at 64.
+    let mut inverted = good.clone();
+    reseal_section(&mut inverted, 1, |s| {
+        s[64..72].copy_from_slice(&999u64.to_le_bytes())
+    });
+    let err = open(inverted).unwrap_err();
+    assert!(err.to_string().contains("sequence numbers"), "{err}");
+    // A largest number below the entries' (of the same width, three
+    // bytes, then of one): the entries past it are errors, or all misses
+    // once the width is wrong, and the whole-piece check finds the damage.
+    for max in [70_000, 1_200] {
+        let mut lowered = good.clone();
+        reseal_section(&mut lowered, 1, |s| {
+            s[64..72].copy_from_slice(&(max as u64).to_le_bytes())
+        });
+        let r = open(lowered).unwrap();
+        for (k, (v, seq)) in &model {
+            match r.get(k) {
+                Ok(Some(e)) => assert_eq!((e.value.as_deref(), e.seq), (v.as_deref(), *seq)),
+                Ok(None) | Err(_) => assert!(*seq > max as u64 || max == 1_200),
+            }
+        }
+        assert!(r.verify().unwrap_err().is_corruption());
+    }
+}
+
 /// Every single-byte corruption of a small piece: opening fails, or every
 /// lookup and scan gives an error or the right answer — never a wrong one.
 #[test]

@@ -234,6 +234,49 @@ fn a_prefix_every_key_shares_is_stored_once() {
     );
 }
 
+/// A piece of puts whose keys are all of one length stores entries
+/// without tags, and every piece stores sequence numbers in the bytes its
+/// span needs: every read path gives back keys and numbers, and the data
+/// region grows by about a byte an entry when one tombstone brings the
+/// tags back, and by one more when the span passes 2^16.
+#[test]
+fn entries_take_no_tag_when_their_keys_are_of_one_length() {
+    let fs = MemFs::new();
+    let mut rng = fastrand::Rng::with_seed(15);
+    let mut model: Model = (0..2000u64)
+        .map(|i| {
+            let key: Vec<u8> = (0..16).map(|_| rng.u8(..)).collect();
+            (
+                key,
+                (Some(vec![i as u8; 40]), 7_000_000 + rng.u64(..60_000)),
+            )
+        })
+        .collect();
+    let data_bytes = |name: &str, model: &Model| {
+        let path = PathBuf::from(name);
+        let props = write_piece(&fs, &path, &refs(model), &PieceOptions::default()).unwrap();
+        for mode in [ReadMode::Mmap, ReadMode::Pread] {
+            check_piece(&fs, &path, model, mode);
+        }
+        props.data_bytes
+    };
+    let untagged = data_bytes("/untagged.ph", &model);
+    let mut tombstone = model.clone();
+    tombstone.insert(vec![1; 16], (None, 7_000_000));
+    let tagged = data_bytes("/tagged.ph", &tombstone);
+    let grown = tagged - untagged;
+    assert!((2000..2000 + 300).contains(&grown), "{grown} bytes more");
+    model.values_mut().next().unwrap().1 = 7_000_000 + (1 << 17);
+    let wider = data_bytes("/wider.ph", &model);
+    let grown = wider - untagged;
+    assert!((2000..2000 + 300).contains(&grown), "{grown} bytes more");
+    // Keys of two lengths keep their tags.
+    let mut uneven = model.clone();
+    uneven.insert(vec![2; 17], (Some(vec![0; 40]), 7_000_000));
+    let grown = data_bytes("/uneven.ph", &uneven) - wider;
+    assert!((2000..2000 + 300).contains(&grown), "{grown} bytes more");
+}
+
 #[test]
 fn keys_sharing_a_64_bit_hash_all_stay_reachable() {
     let fs = MemFs::new();
@@ -396,7 +439,7 @@ fn small_entries_get_blocks_of_at_most_max_block_slots() {
     let default = PieceOptions::default().max_block_slots;
     assert_eq!(default, 8);
     assert_eq!(slots_per_block_for(100, default), 8);
-    assert_eq!(slots_per_block_for(100, 64), 33);
+    assert_eq!(slots_per_block_for(100, 64), 34);
     assert_eq!(slots_per_block_for(100, 16), 16);
     assert_eq!(slots_per_block_for(100, 1), 1);
     assert_eq!(slots_per_block_for(512, default), 7);

@@ -14,7 +14,8 @@
 
 use bytes::Bytes;
 
-use super::entry::{decode_entry, decode_entry_ref, Entry, EntryRef};
+use super::entry::{Entry, EntryRef};
+use super::entry_layout::{decode_entry, EntryLayout};
 use super::format::Compression;
 use crate::error::{Error, Result};
 use crate::util::bits::{bits_for, field_unpadded, BitPacker};
@@ -75,10 +76,12 @@ fn lengths_bound(count: usize, largest: usize) -> usize {
     10 + 1 + (count * width).div_ceil(8)
 }
 
-/// Appends the encoded block of `slots` to `out`; returns the raw
-/// (decompressed) size. `lz4_scratch` is reused between calls.
+/// Appends the encoded block of `slots` (their keys as stored) to `out`,
+/// each entry laid out as `layout` says; returns the raw (decompressed)
+/// size. `lz4_scratch` is reused between calls.
 pub(crate) fn encode_block<'a>(
     slots: &[Option<EntryRef<'a>>],
+    layout: &EntryLayout,
     compression: Compression,
     lz4_scratch: &mut Vec<u8>,
     out: &mut Vec<u8>,
@@ -86,7 +89,7 @@ pub(crate) fn encode_block<'a>(
     let count = slots.len();
     let lengths: Vec<usize> = slots
         .iter()
-        .map(|e| e.map_or(0, |e| e.encoded_len()))
+        .map(|e| e.map_or(0, |e| layout.encoded_len(&e)))
         .collect();
     let entries_len: usize = lengths.iter().sum();
     let wide = entries_len > u16::MAX as usize;
@@ -127,7 +130,7 @@ pub(crate) fn encode_block<'a>(
         }
     }
     for e in slots.iter().flatten() {
-        e.encode(out);
+        layout.encode(e, out);
     }
     let raw_len = out.len() - start;
 
@@ -438,17 +441,16 @@ impl Block {
     }
 
     /// The entry in slot `i` (`i < slot_count()`), or `None` if empty,
-    /// of a piece whose keys start with `key_prefix`, left out of its
-    /// entries. The key shares the block's memory unless there is a
-    /// prefix.
-    pub(crate) fn entry(&self, i: usize, key_prefix: &[u8]) -> Result<Option<Entry>> {
+    /// of a piece whose entries are laid out as `layout` says. The key
+    /// shares the block's memory unless the layout has a key prefix.
+    pub(crate) fn entry(&self, i: usize, layout: &EntryLayout) -> Result<Option<Entry>> {
         debug_assert!(i < self.count);
         let Some((s, e)) = self.range(i) else {
             return Ok(None);
         };
-        let mut entry = decode_entry(&self.raw, s, e)?;
-        if !key_prefix.is_empty() {
-            entry.key = Bytes::from([key_prefix, &entry.key[..]].concat());
+        let mut entry = decode_entry(layout, &self.raw, s, e)?;
+        if !layout.key_prefix.is_empty() {
+            entry.key = Bytes::from([&layout.key_prefix[..], &entry.key[..]].concat());
         }
         Ok(Some(entry))
     }
@@ -458,19 +460,19 @@ impl Block {
     pub(crate) fn entry_of(
         &self,
         i: usize,
-        key_prefix: &[u8],
+        layout: &EntryLayout,
         key: &[u8],
     ) -> Result<Option<Entry>> {
         debug_assert!(i < self.count);
         let Some((s, e)) = self.range(i) else {
             return Ok(None);
         };
-        let entry = decode_entry_ref(&self.raw, s, e)?;
-        if key.strip_prefix(key_prefix) != Some(entry.key) {
+        let entry = layout.decode_ref(&self.raw, s, e)?;
+        if key.strip_prefix(&layout.key_prefix[..]) != Some(entry.key) {
             return Ok(None);
         }
         Ok(Some(Entry {
-            key: match key_prefix.is_empty() {
+            key: match layout.key_prefix.is_empty() {
                 true => self.raw.slice_ref(entry.key),
                 false => Bytes::copy_from_slice(key),
             },
@@ -484,17 +486,17 @@ impl Block {
     pub(crate) fn entry_ref<'a>(
         &'a self,
         i: usize,
-        key_prefix: &[u8],
+        layout: &EntryLayout,
         key: &'a mut Vec<u8>,
     ) -> Result<Option<EntryRef<'a>>> {
         debug_assert!(i < self.count);
         let Some((s, e)) = self.range(i) else {
             return Ok(None);
         };
-        let mut entry = decode_entry_ref(&self.raw, s, e)?;
-        if !key_prefix.is_empty() {
+        let mut entry = layout.decode_ref(&self.raw, s, e)?;
+        if !layout.key_prefix.is_empty() {
             key.clear();
-            key.extend_from_slice(key_prefix);
+            key.extend_from_slice(&layout.key_prefix);
             key.extend_from_slice(entry.key);
             let key: &'a Vec<u8> = key;
             entry.key = key;

@@ -31,20 +31,24 @@ fn entries_of_a_prefixed_piece_read_back_with_their_prefix() {
     let (out, raw) = encoded(&slots());
     let b = Block::decode(Bytes::from(out), 4, raw).unwrap();
     let prefix = b"user:";
+    let layout = EntryLayout {
+        key_prefix: Bytes::from_static(prefix),
+        ..EntryLayout::PLAIN
+    };
     let mut key = Vec::new();
     for (i, s) in slots().iter().enumerate() {
         let whole = s.map(|e| [&prefix[..], e.key].concat());
-        let got = b.entry(i, prefix).unwrap();
+        let got = b.entry(i, &layout).unwrap();
         assert_eq!(got.as_ref().map(|e| e.key.to_vec()), whole);
-        let got = b.entry_ref(i, prefix, &mut key).unwrap();
+        let got = b.entry_ref(i, &layout, &mut key).unwrap();
         assert_eq!(got.map(|e| e.key.to_vec()), whole);
         if let Some(whole) = &whole {
-            let got = b.entry_of(i, prefix, whole).unwrap().unwrap();
+            let got = b.entry_of(i, &layout, whole).unwrap().unwrap();
             assert_eq!((&got.key[..], got.seq), (&whole[..], s.unwrap().seq));
             assert_eq!(got.value.as_deref(), s.unwrap().value);
             // The suffix alone, the prefix alone, another prefix.
             for other in [&whole[prefix.len()..], prefix, b"usex:a"] {
-                assert!(b.entry_of(i, prefix, other).unwrap().is_none());
+                assert!(b.entry_of(i, &layout, other).unwrap().is_none());
             }
         }
     }
@@ -54,7 +58,8 @@ fn entries_of_a_prefixed_piece_read_back_with_their_prefix() {
 fn round_trip_with_and_without_compression() {
     for c in [Compression::None, Compression::Lz4] {
         let mut out = Vec::new();
-        let raw = encode_block(&slots(), c, &mut Vec::new(), &mut out).unwrap();
+        let raw =
+            encode_block(&slots(), &EntryLayout::PLAIN, c, &mut Vec::new(), &mut out).unwrap();
         for pad in [0, 3, 1000] {
             let mut block = out.clone();
             if pad > 0 {
@@ -63,7 +68,7 @@ fn round_trip_with_and_without_compression() {
             }
             let b = Block::decode(Bytes::from(block), 4, raw).unwrap();
             for (i, s) in slots().iter().enumerate() {
-                let got = b.entry(i, &[]).unwrap();
+                let got = b.entry(i, &EntryLayout::PLAIN).unwrap();
                 assert_eq!(got.as_ref().map(|e| &e.key[..]), s.map(|e| e.key));
                 assert_eq!(
                     got.as_ref().and_then(|e| e.value.as_deref()),
@@ -95,7 +100,14 @@ fn sized(
 /// The encoded block of `slots` and its raw size.
 fn encoded(slots: &[Option<EntryRef<'_>>]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
-    let raw = encode_block(slots, Compression::None, &mut Vec::new(), &mut out).unwrap();
+    let raw = encode_block(
+        slots,
+        &EntryLayout::PLAIN,
+        Compression::None,
+        &mut Vec::new(),
+        &mut out,
+    )
+    .unwrap();
     (out, raw)
 }
 
@@ -104,7 +116,7 @@ fn assert_reads_back(slots: &[Option<EntryRef<'_>>]) -> Block {
     let b = Block::decode(Bytes::from(out), slots.len(), raw).unwrap();
     for (i, s) in slots.iter().enumerate() {
         let mut key = Vec::new();
-        let got = b.entry_ref(i, &[], &mut key).unwrap();
+        let got = b.entry_ref(i, &EntryLayout::PLAIN, &mut key).unwrap();
         assert_eq!(
             got.map(|e| (e.key, e.value)),
             s.map(|e| (e.key, e.value)),
@@ -164,12 +176,12 @@ fn sealed(raw: &[u8], flags: u8) -> Bytes {
 #[test]
 fn a_checksummed_length_table_that_does_not_fit_is_an_error() {
     let entry = |out: &mut Vec<u8>| {
-        EntryRef {
+        let e = EntryRef {
             key: b"k",
             value: Some(b"v"),
             seq: 1,
-        }
-        .encode(out)
+        };
+        EntryLayout::PLAIN.encode(&e, out)
     };
     let mut one = Vec::new();
     entry(&mut one);
@@ -205,7 +217,8 @@ fn a_checksummed_length_table_that_does_not_fit_is_an_error() {
 fn every_corruption_and_truncation_is_an_error() {
     for c in [Compression::None, Compression::Lz4] {
         let mut out = Vec::new();
-        let raw = encode_block(&slots(), c, &mut Vec::new(), &mut out).unwrap();
+        let raw =
+            encode_block(&slots(), &EntryLayout::PLAIN, c, &mut Vec::new(), &mut out).unwrap();
         pad_block(&mut out, 40);
         for i in 0..out.len() {
             let mut b = out.clone();

@@ -93,7 +93,7 @@ impl Iterator for PieceIter<'_> {
                 while self.slot < block.slot_count() {
                     let i = self.slot;
                     self.slot += 1;
-                    match block.entry(i, self.reader.key_prefix()) {
+                    match block.entry(i, self.reader.entry_layout()) {
                         Ok(Some(e)) => return Some(Ok(e)),
                         Ok(None) => {}
                         Err(e) => {
@@ -264,7 +264,7 @@ impl PieceReader {
                 }
                 let (_, block) = decoded.as_ref().expect("decoded above");
                 let entry = block
-                    .entry_ref(at, &self.key_prefix, &mut key)
+                    .entry_ref(at, &self.layout, &mut key)
                     .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))?;
                 if let Some(e) = entry {
                     f(e);

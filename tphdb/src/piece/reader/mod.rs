@@ -1,5 +1,6 @@
 //! Reading a piece file.
 
+mod entry_layout;
 mod iter;
 mod key_hashes;
 
@@ -15,10 +16,8 @@ use super::block::{Block, TRAILER_BYTES};
 use super::block_index::BlockIndex;
 use super::cache::BlockCache;
 use super::entry::Entry;
-use super::format::{
-    decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES,
-    KEY_PREFIX_VERSION, MAX_KEY_PREFIX,
-};
+use super::entry_layout::EntryLayout;
+use super::format::{decode_directory, Footer, PieceProperties, Section, SectionId, FOOTER_BYTES};
 use super::sorted::SortedIndex;
 use crate::error::{Error, Result};
 use crate::fs::{FileSystem, RandomAccessFile, ReadMode};
@@ -26,6 +25,7 @@ use crate::hash::{key_hash, KEY_HASH_SEED};
 use crate::phf::Phf;
 use crate::util::checksum_matches;
 use crate::util::codec::Decoder;
+use entry_layout::read_entry_layout;
 
 /// An open piece file.
 ///
@@ -46,8 +46,10 @@ pub struct PieceReader {
     pub(super) sections: Vec<Section>,
     /// The piece's format version (from its footer).
     format_version: u32,
-    /// What every key starts with, left out of the entries (format 5).
-    key_prefix: Bytes,
+    /// How its entries are stored: what every key starts with, left out
+    /// of them (format 5), how sequence numbers are coded and whether
+    /// entries have tags (format 6).
+    layout: EntryLayout,
     /// The shared block cache and this piece's number in it.
     cache: Option<(Arc<BlockCache>, u64)>,
     /// Whether blocks go in the cache too (not when mapped: the page cache
@@ -155,7 +157,7 @@ impl PieceReader {
             TRAILER_BYTES as u64,
         )?;
         let overflow = decode_overflow(&section(SectionId::Overflow)?, &props)?;
-        let key_prefix = read_key_prefix(file.as_ref(), &sections, footer.version)?;
+        let layout = read_entry_layout(file.as_ref(), &sections, footer.version, &props)?;
         file.done_with(0, len as usize);
         Ok(PieceReader {
             name: name.to_string(),
@@ -166,7 +168,7 @@ impl PieceReader {
             overflow,
             sections,
             format_version: footer.version,
-            key_prefix,
+            layout,
             cache: None,
             cache_blocks: false,
         })
@@ -198,7 +200,7 @@ impl PieceReader {
         self.phf.memory_bytes()
             + self.blocks.memory_bytes()
             + self.overflow.len() * 16
-            + self.key_prefix.len()
+            + self.layout.key_prefix.len()
     }
 
     /// Number of 4 GiB data segments.
@@ -226,7 +228,7 @@ impl PieceReader {
     ) -> Result<Option<Entry>> {
         // A key without the prefix all of the piece's keys have is not
         // among them: no read.
-        if self.phf.is_empty() || !key.starts_with(&self.key_prefix) {
+        if self.phf.is_empty() || !key.starts_with(&self.layout.key_prefix) {
             return Ok(None);
         }
         let slot = self.phf.slot(hash) as u64;
@@ -289,7 +291,12 @@ impl PieceReader {
     /// What every key of the piece starts with, left out of its entries
     /// (empty before format 5, or when the keys share no prefix).
     pub fn key_prefix(&self) -> &[u8] {
-        &self.key_prefix
+        &self.layout.key_prefix
+    }
+
+    /// How the piece stores its entries.
+    pub(crate) fn entry_layout(&self) -> &EntryLayout {
+        &self.layout
     }
 
     /// Caches this piece's key-order index, and its blocks when
@@ -388,8 +395,8 @@ impl PieceReader {
             (slot % k) as usize,
         );
         match key {
-            Some(key) => block.entry_of(i, &self.key_prefix, key),
-            None => block.entry(i, &self.key_prefix),
+            Some(key) => block.entry_of(i, &self.layout, key),
+            None => block.entry(i, &self.layout),
         }
         .map_err(|e| e.at(format_args!("{} slot {slot}", self.name)))
     }
@@ -492,31 +499,6 @@ fn read_section(file: &dyn RandomAccessFile, sections: &[Section], id: SectionId
     Ok(bytes)
 }
 
-/// The key-prefix section, verified: none before format 5, and at most
-/// [`MAX_KEY_PREFIX`] bytes.
-fn read_key_prefix(
-    file: &dyn RandomAccessFile,
-    sections: &[Section],
-    version: u32,
-) -> Result<Bytes> {
-    let Some(s) = sections
-        .iter()
-        .find(|s| s.id == SectionId::KeyPrefix as u32)
-    else {
-        return Ok(Bytes::new());
-    };
-    if version < KEY_PREFIX_VERSION || !(1..=MAX_KEY_PREFIX as u64).contains(&s.len) {
-        return Err(Error::corruption(
-            "key prefix section",
-            format!(
-                "1 to {MAX_KEY_PREFIX} bytes, in a piece of format {KEY_PREFIX_VERSION} or later"
-            ),
-            format!("{} bytes in a piece of format {version}", s.len),
-        ));
-    }
-    read_section(file, sections, SectionId::KeyPrefix)
-}
-
 fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>> {
     if b.len() as u64 != props.overflow_count * 12 {
         return Err(Error::corruption(
@@ -547,39 +529,4 @@ fn decode_overflow(b: &[u8], props: &PieceProperties) -> Result<Vec<(u64, u32)>>
         ));
     }
     Ok(v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fs::MemFs;
-
-    /// A key-prefix section of 1 to 64 bytes is read from a piece of
-    /// format 5 on; any other length, or one in an older piece, is
-    /// corruption, and so is a prefix that fails its checksum.
-    #[test]
-    fn a_key_prefix_section_is_read_only_as_the_format_allows() {
-        let fs = MemFs::new();
-        let path = Path::new("/prefix");
-        fs.write_file(path, vec![b'k'; 100]);
-        let file = fs.open_read(path, ReadMode::Pread).unwrap();
-        let read = |len: u64, version: u32, crc: Option<u32>| {
-            let bytes = vec![b'k'; len as usize];
-            let section = Section {
-                id: SectionId::KeyPrefix as u32,
-                offset: 0,
-                len,
-                crc: crc.unwrap_or_else(|| crc32c::crc32c(&bytes)),
-            };
-            read_key_prefix(file.as_ref(), &[section], version)
-        };
-        for (len, version) in [(1, 5), (64, 5), (9, 6)] {
-            assert_eq!(read(len, version, None).unwrap().len(), len as usize);
-        }
-        for (len, version, crc) in [(0, 5, None), (65, 5, None), (9, 4, None), (9, 5, Some(7))] {
-            let err = read(len, version, crc).unwrap_err();
-            assert!(err.is_corruption(), "{len} bytes, format {version}: {err}");
-        }
-        assert!(read_key_prefix(file.as_ref(), &[], 5).unwrap().is_empty());
-    }
 }
