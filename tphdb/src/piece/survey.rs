@@ -159,19 +159,28 @@ impl Survey {
     /// every key shares, sequence numbers in the fewest bytes that span
     /// the piece's, and no tag when all are puts of keys of one length.
     pub(crate) fn entry_layout(&self) -> EntryLayout {
-        let seq = SeqCoding::fixed(self.min_seq.min(self.max_seq), self.max_seq);
-        let stored_key_len = self.max_key_len.saturating_sub(self.prefix_len as usize);
-        // An entry of no bytes would read as an empty slot: a piece of one
-        // key (all of it the prefix) and one sequence number keeps tags.
+        EntryLayout {
+            key_prefix: Bytes::copy_from_slice(self.key_prefix()),
+            seq: self.seq_coding(),
+            stored_key_len: self.untagged_key_len(),
+        }
+    }
+
+    fn seq_coding(&self) -> SeqCoding {
+        SeqCoding::fixed(self.min_seq.min(self.max_seq), self.max_seq)
+    }
+
+    /// The length of every key as stored when the entries need no tag:
+    /// all puts, keys of one length, and none of no bytes (an entry of no
+    /// bytes would read as an empty slot, so a piece of one key, all of it
+    /// the prefix, and one sequence number keeps its tags).
+    fn untagged_key_len(&self) -> Option<u32> {
+        let stored = self.max_key_len.saturating_sub(self.prefix_len as usize);
         let untagged = self.keyed
             && self.min_key_len == self.max_key_len
             && self.tombstones == 0
-            && (stored_key_len > 0 || seq.bytes() > 0);
-        EntryLayout {
-            key_prefix: Bytes::copy_from_slice(self.key_prefix()),
-            seq,
-            stored_key_len: untagged.then_some(stored_key_len as u32),
-        }
+            && (stored > 0 || self.seq_coding().bytes() > 0);
+        untagged.then_some(stored as u32)
     }
 
     /// Bytes the `n` entries take in the piece as
@@ -179,16 +188,14 @@ impl Survey {
     /// squares (exact but where leaving the prefix out makes a key's
     /// length one varint byte shorter).
     fn stored_lengths(&self, n: usize) -> (u128, u128) {
-        let layout = self.entry_layout();
-        let (sum, squares) = match layout.stored_key_len {
+        let (sum, squares) = match self.untagged_key_len() {
             Some(_) => (self.body_bytes, self.body_squares),
             None => (self.body_bytes + self.tag_bytes, self.tagged_squares),
         };
-        let seq_bytes = layout.seq.bytes() as i128;
         // Each entry's length moves by c: sum((l + c)^2) = squares + 2 c
         // sum + n c^2.
         let (n, sum, squares) = (n as i128, sum as i128, squares as i128);
-        let c = seq_bytes - self.prefix_len as i128;
+        let c = self.seq_coding().bytes() as i128 - self.prefix_len as i128;
         let stored = (sum + n * c).max(0);
         let squares = (squares + 2 * c * sum + n * c * c).max(0);
         (stored as u128, squares as u128)
@@ -327,6 +334,38 @@ mod tests {
             let got = survey_in_chunks(&entries, chunk).unwrap();
             prop_assert_eq!(got, counted(&entries));
         }
+    }
+
+    /// Entries go without tags only when all are puts of keys of one
+    /// length, and never when one could be empty: a piece of one key,
+    /// all of it the prefix, with one sequence number (an empty value
+    /// would leave an empty slot; `colliding_hashes_stay_exact` met one).
+    #[test]
+    fn entries_go_without_tags_only_when_none_can_be_empty() {
+        let put = |key: &'static [u8], seq| EntryRef {
+            key,
+            value: Some(b""),
+            seq,
+        };
+        let layout = |entries: &[EntryRef<'_>]| survey(entries).unwrap().entry_layout();
+        let two = layout(&[put(b"key1", 5), put(b"key2", 5)]);
+        assert_eq!(
+            (&two.key_prefix[..], two.stored_key_len),
+            (&b"key"[..], Some(1))
+        );
+        assert_eq!(two.seq, SeqCoding::fixed(5, 5));
+        let one = layout(&[put(b"key1", 5)]);
+        assert_eq!(
+            (&one.key_prefix[..], one.stored_key_len),
+            (&b"key1"[..], None)
+        );
+        let one_of_two_numbers = layout(&[put(b"key1", 5), put(b"key1", 300)]);
+        assert_eq!(one_of_two_numbers.stored_key_len, Some(0));
+        let uneven = layout(&[put(b"key1", 5), put(b"key22", 5)]);
+        assert_eq!(uneven.stored_key_len, None);
+        let mut tombstone = put(b"key2", 5);
+        tombstone.value = None;
+        assert_eq!(layout(&[put(b"key1", 5), tombstone]).stored_key_len, None);
     }
 
     #[test]
