@@ -2,9 +2,8 @@
 
 use bytes::Bytes;
 
-use super::entry_layout::entry_tag;
+use super::entry_layout::EntryLayout;
 use crate::error::{Error, Result};
-use crate::util::codec::varint_len;
 
 /// Longest key a piece accepts.
 pub const MAX_KEY_BYTES: usize = 1 << 20;
@@ -61,7 +60,7 @@ pub(crate) trait EntryShape: Sync {
     /// pieces before format 6 store it): what estimates of a piece's size
     /// and memory count.
     fn encoded_len(&self) -> usize {
-        encoded_len(self.key().len(), self.seq(), self.value_len())
+        EntryLayout::PLAIN.len_of(self.key().len(), self.seq(), self.value_len())
     }
 }
 
@@ -145,13 +144,6 @@ impl AsEntry for EntryRef<'_> {
     fn as_entry(&self) -> EntryRef<'_> {
         *self
     }
-}
-
-/// Bytes of an entry of a key of `key` bytes, `seq` and a value of
-/// `value` bytes (`None`: a tombstone), with a varint tag and sequence
-/// number ([`EntryLayout::PLAIN`](super::EntryLayout::PLAIN)).
-fn encoded_len(key: usize, seq: u64, value: Option<usize>) -> usize {
-    varint_len(entry_tag(key, value.is_none())) + varint_len(seq) + key + value.unwrap_or(0)
 }
 
 /// Refuses a key or value over the limits ([`MAX_KEY_BYTES`],

@@ -92,13 +92,19 @@ impl EntryLayout {
         stored_key_len: None,
     };
 
-    /// Bytes of the entry `e` (its key as stored) takes.
+    /// Bytes the entry `e` (its key as stored) takes.
     pub(crate) fn encoded_len(&self, e: &EntryRef<'_>) -> usize {
+        self.len_of(e.key.len(), e.seq, e.value.map(<[u8]>::len))
+    }
+
+    /// Bytes an entry of a key of `key` bytes (as stored), `seq` and a
+    /// value of `value` bytes (`None`: a tombstone) takes.
+    pub(crate) fn len_of(&self, key: usize, seq: u64, value: Option<usize>) -> usize {
         let tag = match self.stored_key_len {
             Some(_) => 0,
-            None => varint_len(entry_tag(e.key.len(), e.value.is_none())),
+            None => varint_len(entry_tag(key, value.is_none())),
         };
-        tag + self.seq.len(e.seq) + e.key.len() + e.value.map_or(0, <[u8]>::len)
+        tag + self.seq.len(seq) + key + value.unwrap_or(0)
     }
 
     /// Whether `e` (its key as stored) can be laid out so: its sequence

@@ -1,6 +1,8 @@
 //! Reading how a piece lays out its entries: the key-prefix and
 //! key-length sections, checked against the format and the properties.
 
+use std::ops::RangeInclusive;
+
 use bytes::Bytes;
 
 use super::read_section;
@@ -13,6 +15,34 @@ use crate::piece::format::{
 };
 use crate::util::codec::Decoder;
 
+/// Section `id`, which a piece may leave out, verified: absent, or of
+/// `lengths` bytes in a piece of format `since` or later (older readers
+/// ignore sections they do not know, and would misread the piece).
+fn optional_section(
+    file: &dyn RandomAccessFile,
+    sections: &[Section],
+    id: SectionId,
+    version: u32,
+    since: u32,
+    lengths: RangeInclusive<u64>,
+) -> Result<Option<Bytes>> {
+    let Some(s) = sections.iter().find(|s| s.id == id as u32) else {
+        return Ok(None);
+    };
+    if version < since || !lengths.contains(&s.len) {
+        return Err(Error::corruption(
+            format!("{} section", id.name()),
+            format!(
+                "{} to {} bytes, in a piece of format {since} or later",
+                lengths.start(),
+                lengths.end()
+            ),
+            format!("{} bytes in a piece of format {version}", s.len),
+        ));
+    }
+    read_section(file, sections, id).map(Some)
+}
+
 /// The key-prefix section, verified: none before format 5, and at most
 /// [`MAX_KEY_PREFIX`] bytes.
 fn read_key_prefix(
@@ -20,22 +50,16 @@ fn read_key_prefix(
     sections: &[Section],
     version: u32,
 ) -> Result<Bytes> {
-    let Some(s) = sections
-        .iter()
-        .find(|s| s.id == SectionId::KeyPrefix as u32)
-    else {
-        return Ok(Bytes::new());
-    };
-    if version < KEY_PREFIX_VERSION || !(1..=MAX_KEY_PREFIX as u64).contains(&s.len) {
-        return Err(Error::corruption(
-            "key prefix section",
-            format!(
-                "1 to {MAX_KEY_PREFIX} bytes, in a piece of format {KEY_PREFIX_VERSION} or later"
-            ),
-            format!("{} bytes in a piece of format {version}", s.len),
-        ));
-    }
-    read_section(file, sections, SectionId::KeyPrefix)
+    let lengths = 1..=MAX_KEY_PREFIX as u64;
+    let prefix = optional_section(
+        file,
+        sections,
+        SectionId::KeyPrefix,
+        version,
+        KEY_PREFIX_VERSION,
+        lengths,
+    )?;
+    Ok(prefix.unwrap_or_default())
 }
 
 /// How a piece of format `version` with these sections and properties
@@ -60,25 +84,20 @@ pub(super) fn read_entry_layout(
             ))
         }
     };
-    let Some(s) = sections
-        .iter()
-        .find(|s| s.id == SectionId::KeyLength as u32)
-    else {
+    let key_length = optional_section(
+        file,
+        sections,
+        SectionId::KeyLength,
+        version,
+        ENTRY_LAYOUT_VERSION,
+        4..=4,
+    )?;
+    let Some(bytes) = key_length else {
         return Ok(EntryLayout {
             key_prefix,
             seq,
             stored_key_len: None,
         });
-    };
-    let bytes = match (version >= ENTRY_LAYOUT_VERSION, s.len) {
-        (true, 4) => read_section(file, sections, SectionId::KeyLength)?,
-        _ => {
-            return Err(Error::corruption(
-                "key length section",
-                format!("4 bytes, in a piece of format {ENTRY_LAYOUT_VERSION} or later"),
-                format!("{} bytes in a piece of format {version}", s.len),
-            ))
-        }
     };
     let key_len = u64::from(Decoder::new(&bytes, "key length").u32()?);
     // An entry of no bytes (no key past the prefix, no sequence number
